@@ -1,0 +1,119 @@
+"""Binding a user's or an env's reward and termination functions so the engine can call them safely.
+
+The engine calls ``compute_reward(achieved_goal, desired_goal, info)`` once per batch. Two traps
+from the field shape this module:
+
+* Argument order. Passing goals positionally lets a swapped signature go unnoticed until a
+  learning curve stays flat, so we pass them by keyword whenever the function names its
+  parameters (gymnasium-robotics names the second one ``goal``, the GoalEnv API ``desired_goal``).
+* Vectorization. A reward written for one goal returns a scalar for a batch, and SB3 users then
+  meet an opaque shape mismatch deep in the loss. We probe with a batch of two up front and say
+  what to fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+GoalFunction = Callable[..., Any]
+
+_DESIRED_NAMES = ("desired_goal", "goal", "desired_goals", "goals")
+_INFO_NAMES = ("info", "infos")
+
+
+def bind_goal_function(fn: GoalFunction) -> Callable[[np.ndarray, np.ndarray, Any], Any]:
+    """Return ``call(achieved_goal, desired_goal, info)`` that passes each argument to the right parameter.
+
+    By keyword when ``fn`` has a parameter named ``achieved_goal`` and one named ``desired_goal``
+    (or ``goal``); otherwise positionally, in that documented order.
+    """
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return lambda achieved, desired, info: fn(achieved, desired, info)
+    desired_name = next((n for n in _DESIRED_NAMES if n in params), None)
+    if "achieved_goal" not in params or desired_name is None:
+        return lambda achieved, desired, info: fn(achieved, desired, info)
+    info_name = next((n for n in _INFO_NAMES if n in params), None)
+    if info_name is None:
+        # a third parameter with another name, passed positionally after the goals would be
+        # ambiguous, so only keyword arguments are used and the info goes where a third slot is.
+        remaining = [n for n in params if n not in ("achieved_goal", desired_name)]
+        info_name = remaining[0] if remaining else None
+    if info_name is None:
+        return lambda achieved, desired, info: fn(achieved_goal=achieved, **{desired_name: desired})
+    return lambda achieved, desired, info: fn(achieved_goal=achieved, **{desired_name: desired, info_name: info})
+
+
+def _unwrap_gym_env(env: Any) -> Any:
+    """The object whose compute_reward we call, for a gymnasium Env, vector env or SB3 VecEnv."""
+    import gymnasium as gym
+
+    if isinstance(env, gym.vector.VectorEnv):
+        if hasattr(env, "envs"):  # SyncVectorEnv
+            return env.envs[0]
+        if hasattr(env, "env_fns"):  # AsyncVectorEnv: a local copy, only to compute rewards
+            return env.env_fns[0]()
+        raise TypeError(
+            f"cannot reach compute_reward through {type(env).__name__}: pass compute_reward= explicitly"
+        )
+    if not isinstance(env, gym.Env) and hasattr(env, "env_method") and hasattr(env, "num_envs"):
+        if hasattr(env, "envs"):  # SB3 DummyVecEnv
+            return env.envs[0]
+        return _VecEnvMethods(env)  # SB3 SubprocVecEnv: ask the first worker
+    return env
+
+
+class _VecEnvMethods:
+    """Calls a goal function in the first worker of an SB3 VecEnv."""
+
+    def __init__(self, venv: Any) -> None:
+        self._venv = venv
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return self._venv.env_method("compute_reward", achieved_goal, desired_goal, info, indices=[0])[0]
+
+    def compute_terminated(self, achieved_goal, desired_goal, info):
+        if not self._venv.has_attr("compute_terminated"):
+            raise AttributeError("compute_terminated")
+        return self._venv.env_method("compute_terminated", achieved_goal, desired_goal, info, indices=[0])[0]
+
+
+def env_goal_function(env: Any, name: str) -> GoalFunction | None:
+    """``env``'s ``compute_reward`` or ``compute_terminated``, looked up through wrappers; None if it has none."""
+    if env is None:
+        return None
+    target = _unwrap_gym_env(env)
+    getter = getattr(target, "get_wrapper_attr", None)
+    try:
+        fn = getter(name) if getter is not None else getattr(target, name)
+    except AttributeError:
+        return None
+    return fn if callable(fn) else None
+
+
+def probe_vectorized(
+    call: Callable[[np.ndarray, np.ndarray, Any], Any],
+    goal_shape: tuple[int, ...],
+    goal_dtype: np.dtype,
+    info: Any,
+    *,
+    what: str,
+) -> None:
+    """Call ``call`` on a batch of two goals and insist on one value per goal."""
+    achieved = np.zeros((2, *goal_shape), dtype=goal_dtype)
+    desired = np.zeros((2, *goal_shape), dtype=goal_dtype)
+    fix = (
+        f"{what} must be vectorized: given achieved_goal and desired_goal shaped (batch, *goal_shape) it "
+        f"returns one value per row, e.g. reduce with np.linalg.norm(achieved_goal - desired_goal, axis=-1)"
+    )
+    try:
+        result = np.asarray(call(achieved, desired, info))
+    except Exception as err:  # the user's code: any failure is reported with the fix
+        raise ValueError(f"{what} failed on a batch of 2 goals ({type(err).__name__}: {err}). {fix}") from err
+    if result.shape not in ((2,), (2, 1)):
+        raise ValueError(f"{what} returned shape {result.shape} for a batch of 2 goals, expected (2,). {fix}")

@@ -1,0 +1,342 @@
+"""Hindsight Experience Replay (Andrychowicz et al. 2017, arXiv:1707.01495) on the episode storage.
+
+Online (default): transitions are stored once; at sampling time a fraction k/(k+1) of the batch
+gets a new desired goal, an achieved goal of the same episode chosen by the strategy, and its
+reward (and termination, for envs that end on success) is recomputed for that goal. Offline
+(``online_sampling=False``, as Stable-Baselines 2 and cpprb do it): when an episode ends, each of
+its transitions is stored once as it happened and k more times with relabeled goals, and sampling
+is plain uniform replay over those copies.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from herl.buffers.goal_functions import bind_goal_function, env_goal_function, probe_vectorized
+from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer
+from herl.buffers.samples import DictReplayBufferSamples
+from herl.buffers.storage import EpisodeStorage, FieldSpec
+from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy, relabel_count, sample_goal_offsets
+
+GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
+DEFAULT_MAX_EPISODE_LENGTH = 10_000
+INFO_PREFIX = "info/"
+
+
+def check_goal_space(observation_space: spaces.Space) -> None:
+    """A HER buffer needs Dict observations with the three goal-env keys and matching goal shapes."""
+    if not isinstance(observation_space, spaces.Dict):
+        raise ValueError(
+            f"HerReplayBuffer needs a Dict observation space with keys {list(GOAL_KEYS)}, got "
+            f"{type(observation_space).__name__}: use a goal env (gymnasium-robotics GoalEnv style) or "
+            "herl.ReplayBuffer for plain replay"
+        )
+    missing = [k for k in GOAL_KEYS if k not in observation_space.spaces]
+    if missing:
+        raise ValueError(
+            f"the observation space lacks the key(s) {missing}: a goal env's observations are dicts with "
+            f"{list(GOAL_KEYS)}"
+        )
+    achieved, desired = observation_space["achieved_goal"], observation_space["desired_goal"]
+    if achieved.shape != desired.shape:
+        raise ValueError(
+            f"achieved_goal has shape {achieved.shape} but desired_goal {desired.shape}: they must match, "
+            "since an achieved goal becomes a desired goal when relabeling"
+        )
+
+
+class HerReplayBuffer(ReplayBuffer):
+    """Replay buffer that relabels goals in hindsight, with Stable-Baselines3's constructor.
+
+    Args (beyond :class:`ReplayBuffer`'s):
+        env: the goal env (gymnasium Env, gymnasium vector env or SB3 VecEnv) whose
+            ``compute_reward`` and ``compute_terminated`` are used, unless given explicitly.
+        n_sampled_goal: k, hindsight goals per real transition; a fraction k/(k+1) of each batch is
+            relabeled. 0 is plain replay.
+        goal_selection_strategy: "future", "final", "episode" or "random" (or the enum).
+        copy_info_dict: store the numeric info entries and pass them to ``compute_reward`` as a dict
+            of arrays (one row per relabeled transition). Without it ``info`` is an empty dict.
+        compute_reward: vectorized ``(achieved_goal, desired_goal, info) -> rewards`` used instead
+            of ``env.compute_reward``.
+        compute_terminated: vectorized ``(achieved_goal, desired_goal, info) -> bools``; taken from
+            the env when it has one. When neither exists, relabeled transitions keep the stored
+            termination flag.
+        online_sampling: False relabels at episode end and stores the k copies.
+        max_episode_length: longest episode, for the episode staging area of offline relabeling
+            (defaults to the env's time limit when known, else 10,000).
+        info_keys: which info entries to store with ``copy_info_dict`` (default: every numeric one
+            seen at the first ``add``).
+        seed: seed of the buffer's generator.
+
+    Sampling from an episode that is still running is allowed: its goals come from the part that is
+    stored (all of them real achieved goals of that episode), so training can start before the first
+    episode ends. ``random`` draws goals from complete episodes whenever there is one.
+    """
+
+    FILE_KIND = "her_replay_buffer"
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        env: Any = None,
+        device: torch.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        n_sampled_goal: int = 4,
+        goal_selection_strategy: GoalSelectionStrategy | str = "future",
+        copy_info_dict: bool = False,
+        *,
+        compute_reward: Callable | None = None,
+        compute_terminated: Callable | None = None,
+        online_sampling: bool = True,
+        max_episode_length: int | None = None,
+        info_keys: list[str] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        check_goal_space(observation_space)
+        if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
+            raise ValueError(f"n_sampled_goal must be an integer >= 0 (0 turns relabeling off), got {n_sampled_goal!r}")
+        self.n_sampled_goal = int(n_sampled_goal)
+        self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
+        self.her_ratio = self.n_sampled_goal / (self.n_sampled_goal + 1)
+        self.copy_info_dict = bool(copy_info_dict)
+        self.online_sampling = bool(online_sampling)
+        self.info_keys = list(info_keys) if info_keys is not None else None
+        self.env = env
+        self.max_episode_length = max_episode_length or _time_limit(env) or DEFAULT_MAX_EPISODE_LENGTH
+        self._user_compute_reward = compute_reward
+        self._user_compute_terminated = compute_terminated
+        self._info_specs: dict[str, FieldSpec] = {}
+        self._bind_goal_functions(env, compute_reward, compute_terminated)
+        super().__init__(
+            buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
+            optimize_memory_usage=optimize_memory_usage, handle_timeout_termination=handle_timeout_termination, seed=seed,
+        )
+        if not self.online_sampling:
+            # Episodes wait in a staging area sized for one episode per env; at their end they are
+            # relabeled into the main store, which is flat (each transition its own row).
+            self.storage = self._make_storage(self.max_episode_length + 1, self.n_envs, share_states=False)
+            self.relabeled = self._make_storage(max(int(buffer_size), 1), 1, share_states=False)
+        self._stores_infos = self.copy_info_dict
+        if not self.online_sampling:
+            self._on_episode_end = self._relabel_ended_episodes
+        self._probe_done = False
+        if not self.copy_info_dict:  # with info entries, probe once their shapes are known (first add)
+            self._probe()
+
+    # ------------------------------------------------------------------ goal functions
+    def _bind_goal_functions(self, env: Any, compute_reward: Callable | None, compute_terminated: Callable | None) -> None:
+        reward_fn = compute_reward or env_goal_function(env, "compute_reward")
+        if reward_fn is None and self.n_sampled_goal > 0:
+            raise ValueError(
+                "HerReplayBuffer needs a reward function to relabel goals: pass env= (a goal env with "
+                "compute_reward) or compute_reward=fn(achieved_goal, desired_goal, info)"
+            )
+        terminated_fn = compute_terminated or env_goal_function(env, "compute_terminated")
+        self._compute_reward = bind_goal_function(reward_fn) if reward_fn is not None else None
+        self._compute_terminated = bind_goal_function(terminated_fn) if terminated_fn is not None else None
+
+    def _probe(self) -> None:
+        """Check once that the goal functions are vectorized (SB3 users hit an opaque shape error)."""
+        if self._probe_done or self._compute_reward is None:
+            return
+        goal = self.observation_space["achieved_goal"]
+        info = self._probe_info()
+        probe_vectorized(self._compute_reward, goal.shape, goal.dtype, info, what="compute_reward")
+        if self._compute_terminated is not None:
+            probe_vectorized(self._compute_terminated, goal.shape, goal.dtype, info, what="compute_terminated")
+        self._probe_done = True
+
+    def _probe_info(self) -> dict[str, np.ndarray]:
+        fields = self.storage.transition_fields
+        return {k[len(INFO_PREFIX):]: np.zeros((2, *s.shape), s.dtype) for k, s in fields.items() if k.startswith(INFO_PREFIX)}
+
+    def set_env(self, env: Any) -> None:
+        """Use ``env``'s goal functions from now on (explicit compute_reward/compute_terminated still win)."""
+        self.env = env
+        self._bind_goal_functions(env, self._user_compute_reward, self._user_compute_terminated)
+        self._probe_done = False
+        self._probe()
+
+    # ------------------------------------------------------------------ info entries
+    def _transition_specs(self) -> dict[str, FieldSpec]:
+        return {**super()._transition_specs(), **self._info_specs}
+
+    def _declare_info_field(self, name: str, spec: FieldSpec) -> None:
+        self._info_specs[name] = spec
+        for storage in self._storages().values():
+            storage.add_transition_field(name, spec)
+
+    def _add_info_fields(self, transitions: dict[str, np.ndarray], infos: Any) -> None:
+        if not self._info_specs:  # first add: the info entries' shapes and dtypes become known
+            if self.info_keys is None:
+                self.info_keys = _numeric_info_keys(infos)
+            for key in self.info_keys:
+                values = _info_values(infos, key, self.n_envs)
+                self._declare_info_field(INFO_PREFIX + key, FieldSpec(values.shape[1:], values.dtype))
+            self._probe()
+        for key in self.info_keys:
+            transitions[INFO_PREFIX + key] = _info_values(infos, key, self.n_envs)
+
+    # ------------------------------------------------------------------ episodes
+    def _relabel_ended_episodes(self) -> None:
+        """Offline HER, after an add that ended episodes: every env had one open during that add,
+        so the envs with none open now are the ones that just ended."""
+        for env_idx in np.flatnonzero(self.storage.open_start < 0):
+            self._relabel_episode(env_idx)
+
+    def truncate_last_trajectory(self) -> None:
+        """Close every running episode as truncated, e.g. before saving or after an interrupted run."""
+        storage = self.storage
+        envs = np.flatnonzero(storage.open_len > 0)
+        last_rows = storage.close(envs)
+        storage.transitions["truncated"][last_rows, envs] = True
+        if not self.online_sampling:
+            for env_idx in envs:
+                self._relabel_episode(env_idx)
+
+    def _relabel_episode(self, env_idx: int) -> None:
+        """Offline HER: store the episode ``env_idx`` just ended once as it happened and k times relabeled."""
+        stage = self.storage
+        last = (stage.pos[env_idx] - 1) % stage.rows
+        start, length = int(stage.ep_start[last, env_idx]), int(stage.ep_len[last, env_idx])
+        flat = stage.flat_index(np.arange(start, start + length), np.full(length, env_idx))
+        copies = np.repeat(flat, self.n_sampled_goal + 1)
+        obs, actions, next_obs, terminated, truncated, rewards = self._gather(stage, copies)
+        if self.n_sampled_goal:
+            relabeled = np.ones(len(copies), dtype=bool)
+            relabeled[:: self.n_sampled_goal + 1] = False  # the first copy of each transition stays real
+            rows = np.flatnonzero(relabeled)
+            self._relabel(stage, copies[rows], rows, obs, next_obs, terminated, rewards)
+        transitions = {"action": actions, "reward": rewards, "terminated": terminated, "truncated": truncated}
+        transitions.update({k: v.take(copies, axis=0) for k, v in stage.flat_transitions.items() if k.startswith(INFO_PREFIX)})
+        self.relabeled.extend(obs, next_obs, transitions)
+
+    # ------------------------------------------------------------------ sampling
+    def _sample_arrays(self, batch_size: int):
+        if not self.online_sampling and self.relabeled.n_transitions > 0:
+            return self._gather(self.relabeled, self.relabeled.sample_flat(batch_size, self.rng))
+        storage = self.storage
+        flat = storage.sample_flat(batch_size, self.rng)
+        arrays = self._gather(storage, flat)
+        n_her = relabel_count(batch_size, self.n_sampled_goal, self.rng)
+        if n_her:
+            obs, _, next_obs, terminated, _, rewards = arrays
+            rows = np.arange(batch_size - n_her, batch_size)  # rows are i.i.d., so which ones is immaterial
+            self._relabel(storage, flat[rows], rows, obs, next_obs, terminated, rewards)
+        return arrays
+
+    def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: np.ndarray, obs, next_obs, terminated, rewards) -> None:
+        """Give batch rows ``rows`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
+        goals = self._sample_goals(storage, flat)
+        obs["desired_goal"][rows] = goals
+        next_obs["desired_goal"][rows] = goals
+        achieved = next_obs["achieved_goal"][rows]
+        info = {k[len(INFO_PREFIX):]: v.take(flat, axis=0) for k, v in storage.flat_transitions.items() if k.startswith(INFO_PREFIX)}
+        # one call per batch, goals by keyword (see goal_functions.bind_goal_function)
+        rewards[rows] = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
+        if self._compute_terminated is not None:
+            terminated[rows] = np.asarray(self._compute_terminated(achieved, goals, info), dtype=bool).reshape(-1)
+
+    def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
+        """Achieved goals to relabel the transitions at ``flat`` with (copies, never views of storage)."""
+        if self.goal_selection_strategy is GoalSelectionStrategy.RANDOM:
+            complete_only = storage.n_transitions > storage.n_open
+            source = storage.sample_flat(len(flat), self.rng, complete_only=complete_only)
+            return storage.next_state("achieved_goal", source)
+        starts, offsets, lengths = storage.episode_position(flat)
+        goal_offsets = sample_goal_offsets(self.goal_selection_strategy, offsets, lengths, self.rng)
+        return storage.next_state("achieved_goal", storage.flat_index(starts + goal_offsets, flat % storage.n_envs))
+
+    def sample(self, batch_size: int, env: Any = None) -> DictReplayBufferSamples:
+        """Draw ``batch_size`` transitions, a fraction k/(k+1) of them with hindsight goals."""
+        return super().sample(batch_size, env)
+
+    def __len__(self) -> int:
+        if not self.online_sampling:
+            return self.relabeled.n_transitions
+        return self.storage.n_transitions
+
+    # ------------------------------------------------------------------ persistence
+    def _config(self) -> dict[str, Any]:
+        return {
+            **super()._config(),
+            "n_sampled_goal": self.n_sampled_goal,
+            "goal_selection_strategy": self.goal_selection_strategy.name.lower(),
+            "copy_info_dict": self.copy_info_dict,
+            "online_sampling": self.online_sampling,
+            "max_episode_length": self.max_episode_length,
+            "info_keys": self.info_keys,
+        }
+
+    def _storages(self) -> dict[str, EpisodeStorage]:
+        out = {"storage": self.storage}
+        if not self.online_sampling:
+            out["relabeled"] = self.relabeled
+        return out
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike,
+        env: Any = None,
+        *,
+        compute_reward: Callable | None = None,
+        compute_terminated: Callable | None = None,
+        device: torch.device | str = "auto",
+        seed: int | None = None,
+    ) -> HerReplayBuffer:
+        """Read a buffer saved by :meth:`save`. Reward functions are code, so they are not in the file:
+        pass ``env`` or ``compute_reward`` again."""
+        meta, arrays, obs_space, act_space = cls._read(path)
+        buffer = cls(
+            observation_space=obs_space, action_space=act_space, env=env, device=device,
+            compute_reward=compute_reward, compute_terminated=compute_terminated, **meta["config"],
+        )
+        prefix = "storage/transition/" + INFO_PREFIX
+        for name, array in arrays.items():
+            if name.startswith(prefix):
+                buffer._declare_info_field(name[len("storage/transition/"):], FieldSpec(array.shape[2:], array.dtype))
+        buffer._restore(meta, arrays, seed)
+        if buffer._info_specs:
+            buffer._probe()
+        return buffer
+
+
+def _time_limit(env: Any) -> int | None:
+    spec = getattr(env, "spec", None)
+    steps = getattr(spec, "max_episode_steps", None)
+    return int(steps) if steps else None
+
+
+def _numeric_info_keys(infos: Any) -> list[str]:
+    """Info entries a reward could use: numbers and numeric arrays, not book-keeping."""
+    first = infos if isinstance(infos, Mapping) else (infos[0] if infos else {})
+    keys = []
+    for key, value in first.items():
+        if key in _NON_REWARD_INFO_KEYS or key.startswith("_"):
+            continue
+        array = np.asarray(value)
+        if array.dtype.kind in "biuf":
+            keys.append(key)
+    return keys
+
+
+def _info_values(infos: Any, key: str, n_envs: int) -> np.ndarray:
+    if isinstance(infos, Mapping):  # gymnasium vector env: arrays over envs
+        if key not in infos:
+            raise ValueError(f"info key {key!r} is missing at this step: every step's info must carry the info_keys")
+        return np.asarray(infos[key]).reshape(n_envs, *np.shape(infos[key])[1:])
+    try:
+        return np.stack([np.asarray(info[key]) for info in infos])
+    except KeyError:
+        raise ValueError(f"info key {key!r} is missing at this step: every step's info must carry the info_keys") from None

@@ -1,0 +1,354 @@
+"""Plain experience replay on the episode storage, with the Stable-Baselines3 constructor and ``add``.
+
+:class:`ReplayBuffer` is both the plain buffer herl's algorithms use without HER and the base of
+:class:`~herl.buffers.her.HerReplayBuffer`, which only adds goal relabeling on top of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from herl.buffers.samples import DictReplayBufferSamples, ReplayBufferSamples
+from herl.buffers.storage import EpisodeStorage, FieldSpec
+from herl.utils import get_device
+
+# info keys that are episode book-keeping, never inputs of a reward
+_NON_REWARD_INFO_KEYS = frozenset({"TimeLimit.truncated", "terminal_observation", "final_observation", "final_obs",
+                                   "final_info", "episode", "_episode"})
+
+
+def action_spec(action_space: spaces.Space) -> FieldSpec:
+    """How an action is stored: Discrete as one integer (shape (1,), as SB3), others by their shape."""
+    if isinstance(action_space, spaces.Discrete):
+        return FieldSpec((1,), np.dtype(np.int64))
+    if isinstance(action_space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return FieldSpec(tuple(action_space.shape), np.dtype(action_space.dtype))
+    raise TypeError(f"unsupported action space {action_space}: use Box, Discrete, MultiDiscrete or MultiBinary")
+
+
+def state_specs(observation_space: spaces.Space) -> dict[str, FieldSpec]:
+    """One stored field per observation key ("obs" for a flat observation)."""
+    if isinstance(observation_space, spaces.Dict):
+        return {k: _obs_spec(s, k) for k, s in observation_space.spaces.items()}
+    return {"obs": _obs_spec(observation_space, "observation")}
+
+
+def _obs_spec(space: spaces.Space, name: str) -> FieldSpec:
+    if isinstance(space, spaces.Discrete):
+        return FieldSpec((1,), np.dtype(np.int64))
+    if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+        return FieldSpec(tuple(space.shape), np.dtype(space.dtype))
+    raise TypeError(f"unsupported space for {name!r}: {space} (use Box, Discrete, MultiBinary or MultiDiscrete)")
+
+
+class ReplayBuffer:
+    """Uniform experience replay over transitions of ``n_envs`` parallel environments.
+
+    Args:
+        buffer_size: transitions it holds in all, split evenly across ``n_envs``.
+        observation_space: a flat space or a ``Dict``; dict batches come back as dicts of tensors.
+        action_space: Box, Discrete, MultiDiscrete or MultiBinary.
+        device: where sampled tensors go ("auto": CUDA when available).
+        n_envs: how many environments each ``add`` carries.
+        optimize_memory_usage: store each state once (next states are the following rows) instead of
+            storing both obs and next_obs. Costs one extra row per episode for its final state.
+        handle_timeout_termination: treat ``TimeLimit.truncated`` as truncation (bootstrap through
+            it) rather than termination.
+        seed: seed of the buffer's own random generator (sampling is reproducible from it).
+    """
+
+    samples_class: type = ReplayBufferSamples
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: torch.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        if int(buffer_size) != buffer_size or buffer_size < 1:
+            raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = get_device(device)
+        self.n_envs = int(n_envs)
+        self.optimize_memory_usage = bool(optimize_memory_usage)
+        self.handle_timeout_termination = bool(handle_timeout_termination)
+        self.buffer_size = max(int(buffer_size) // max(self.n_envs, 1), 1)  # rows per env, as SB3
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self._dict_obs = isinstance(observation_space, spaces.Dict)
+        self._state_specs = state_specs(observation_space)
+        self._action_spec = action_spec(action_space)
+        self.storage = self._make_storage(self.buffer_size, self.n_envs, share_states=self.optimize_memory_usage)
+        # expected shapes, precomputed: add() checks them on every call
+        self._batch_shape = (self.n_envs,)
+        self._action_shape = (self.n_envs, *self._action_spec.shape)
+        self._obs_shapes = {k: (self.n_envs, *spec.shape) for k, spec in self._state_specs.items()}
+        self._no_flags = np.zeros(self.n_envs, dtype=bool)
+        self._stores_infos = False  # subclasses that keep info entries set this
+        self._on_episode_end = None  # called after an add that ended an episode, when set
+
+    def _transition_specs(self) -> dict[str, FieldSpec]:
+        return {
+            "action": self._action_spec,
+            "reward": FieldSpec((), np.dtype(np.float32)),
+            "terminated": FieldSpec((), np.dtype(bool)),
+            "truncated": FieldSpec((), np.dtype(bool)),
+        }
+
+    def _make_storage(self, rows: int, n_envs: int, *, share_states: bool) -> EpisodeStorage:
+        return EpisodeStorage(
+            rows=rows,
+            n_envs=n_envs,
+            state_fields=self._state_specs,
+            transition_fields=self._transition_specs(),
+            share_states=share_states,
+        )
+
+    # ------------------------------------------------------------------ SB3-compatible counters
+    @property
+    def pos(self) -> int:
+        """Row the first environment writes next (SB3's ``pos``)."""
+        return int(self.storage.pos[0])
+
+    @property
+    def full(self) -> bool:
+        """Whether some environment's column has wrapped around."""
+        return self.storage.window >= self.storage.rows
+
+    def size(self) -> int:
+        """Rows in use per environment, as SB3's ``size()``; ``len(buffer)`` counts sampleable transitions."""
+        return self.storage.window
+
+    def __len__(self) -> int:
+        return self.storage.n_transitions
+
+    def reset(self) -> None:
+        """Forget everything stored."""
+        self.storage.clear()
+
+    # ------------------------------------------------------------------ adding
+    def add(
+        self,
+        obs: Any,
+        next_obs: Any,
+        action: Any,
+        reward: Any,
+        done: Any = None,
+        infos: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
+        *,
+        terminated: Any = None,
+        truncated: Any = None,
+    ) -> None:
+        """Store one transition per environment, arrays shaped ``(n_envs, ...)``.
+
+        Either SB3's form, ``done`` plus ``infos[i]["TimeLimit.truncated"]`` for truncation, or the
+        keyword form with ``terminated`` and ``truncated`` separately (gymnasium's step API). For a
+        single environment the leading axis may be left out.
+        """
+        if terminated is None:
+            if done is None:
+                raise ValueError("add() needs done (SB3 form) or terminated and truncated (gymnasium form)")
+            done = self._flags(done, "done")
+            if np.count_nonzero(done):  # truncation only matters where an episode ends
+                truncated = self._timeouts(infos) & done if self.handle_timeout_termination else self._no_flags
+                terminated = done & ~truncated
+            else:
+                terminated, truncated = done, self._no_flags
+        else:
+            if done is not None:
+                raise ValueError("pass either done (with infos) or terminated/truncated, not both")
+            terminated = self._flags(terminated, "terminated")
+            truncated = self._no_flags if truncated is None else self._flags(truncated, "truncated")
+            done = terminated | truncated
+        if type(reward) is not np.ndarray or reward.shape != self._batch_shape:
+            reward = self._reshape(np.asarray(reward, dtype=np.float32), (), "reward")
+        if type(action) is not np.ndarray or action.shape != self._action_shape:
+            action = self._reshape(np.asarray(action), self._action_spec.shape, "action")
+        transitions = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated}
+        if self._stores_infos:
+            self._add_info_fields(transitions, infos)
+        self.storage.add(self._obs(obs, "obs"), self._obs(next_obs, "next_obs"), transitions, done)
+        if self._on_episode_end is not None and self.storage.n_starting:
+            self._on_episode_end()
+
+    def _add_info_fields(self, transitions: dict[str, np.ndarray], infos: Any) -> None:
+        """Hook for subclasses that store info keys (HER with ``copy_info_dict``)."""
+
+    def _flags(self, value: Any, name: str) -> np.ndarray:
+        if type(value) is np.ndarray and value.shape == self._batch_shape:
+            return value
+        return self._reshape(np.asarray(value), (), name).astype(bool, copy=False)
+
+    def _timeouts(self, infos: Any) -> np.ndarray:
+        if infos is None:
+            return np.zeros(self.n_envs, dtype=bool)
+        if isinstance(infos, Mapping):  # gymnasium vector-env infos: a dict of arrays
+            value = infos.get("TimeLimit.truncated")
+            return np.zeros(self.n_envs, dtype=bool) if value is None else np.asarray(value, dtype=bool).reshape(self.n_envs)
+        if len(infos) != self.n_envs:
+            raise ValueError(f"infos has {len(infos)} entries for {self.n_envs} environment(s): pass one dict per environment")
+        return np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos], dtype=bool)
+
+    def _reshape(self, value: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
+        """Accept ``(n_envs, *shape)``, or ``shape`` alone for one env; anything else is an error that says so."""
+        expected = (self.n_envs, *shape)
+        if value.shape == expected:
+            return value
+        if self.n_envs == 1 and value.shape == shape:
+            return value.reshape(expected)
+        if shape == (1,) and value.shape == (self.n_envs,):  # discrete actions/observations as a flat vector
+            return value.reshape(expected)
+        raise ValueError(
+            f"{name} has shape {value.shape}, expected {expected} (n_envs={self.n_envs} first, then the "
+            f"space's shape {shape}): pass one row per environment"
+        )
+
+    def _obs(self, obs: Any, name: str) -> Mapping[str, np.ndarray]:
+        """Validate one batch of observations; returns a mapping with at least the stored keys."""
+        if not self._dict_obs:
+            if type(obs) is not np.ndarray or obs.shape != self._obs_shapes["obs"]:
+                obs = self._reshape(np.asarray(obs), self._state_specs["obs"].shape, name)
+            return {"obs": obs}
+        try:
+            for key, shape in self._obs_shapes.items():
+                value = obs[key]
+                if type(value) is not np.ndarray or value.shape != shape:
+                    return self._obs_slow(obs, name)
+        except (KeyError, TypeError, IndexError):
+            return self._obs_slow(obs, name)
+        return obs
+
+    def _obs_slow(self, obs: Any, name: str) -> dict[str, np.ndarray]:
+        if not isinstance(obs, Mapping):
+            raise ValueError(f"{name} must be a dict with keys {sorted(self._state_specs)}, got {type(obs).__name__}")
+        out = {}
+        for key, spec in self._state_specs.items():
+            if key not in obs:
+                raise ValueError(f"{name} lacks the key {key!r}: it must have the keys {sorted(self._state_specs)}")
+            out[key] = self._reshape(np.asarray(obs[key]), spec.shape, f"{name}[{key!r}]")
+        return out
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int, env: Any = None) -> ReplayBufferSamples | DictReplayBufferSamples:
+        """Draw ``batch_size`` transitions uniformly (with replacement) as tensors on ``device``.
+
+        ``env`` may be an SB3 ``VecNormalize`` (anything with ``normalize_obs`` and
+        ``normalize_reward``), applied to the batch as SB3 does.
+        """
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        return self._to_samples(*self._sample_arrays(int(batch_size)), env=env)
+
+    def _sample_arrays(self, batch_size: int):
+        storage = self.storage
+        flat = storage.sample_flat(batch_size, self.rng)
+        return self._gather(storage, flat)
+
+    def _gather(self, storage: EpisodeStorage, flat: np.ndarray):
+        """Copies of the stored fields at ``flat``: editing them never touches the storage."""
+        obs = {k: v.take(flat, axis=0) for k, v in storage.flat_states.items()}
+        next_obs = {k: storage.next_state(k, flat) for k in storage.flat_states}
+        fields = storage.flat_transitions
+        return (
+            obs,
+            fields["action"].take(flat, axis=0),
+            next_obs,
+            fields["terminated"].take(flat),
+            fields["truncated"].take(flat),
+            fields["reward"].take(flat),
+        )
+
+    def _to_samples(self, obs, actions, next_obs, terminated, truncated, rewards, *, env: Any = None):
+        if env is not None and hasattr(env, "normalize_obs"):
+            obs, next_obs = env.normalize_obs(obs), env.normalize_obs(next_obs)
+        if env is not None and hasattr(env, "normalize_reward"):
+            rewards = env.normalize_reward(rewards)
+        dones = terminated if self.handle_timeout_termination else terminated | truncated
+        tensor = self._to_torch
+        if self._dict_obs:
+            observations = {k: tensor(v) for k, v in obs.items()}
+            next_observations = {k: tensor(v) for k, v in next_obs.items()}
+            return DictReplayBufferSamples(
+                observations, tensor(actions), next_observations,
+                tensor(dones.astype(np.float32).reshape(-1, 1)), tensor(np.asarray(rewards, np.float32).reshape(-1, 1)),
+            )
+        return ReplayBufferSamples(
+            tensor(obs["obs"]), tensor(actions), tensor(next_obs["obs"]),
+            tensor(dones.astype(np.float32).reshape(-1, 1)), tensor(np.asarray(rewards, np.float32).reshape(-1, 1)),
+        )
+
+    def _to_torch(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        return tensor if self.device.type == "cpu" else tensor.to(self.device, non_blocking=True)
+
+    to_torch = _to_torch  # SB3's name
+
+    # ------------------------------------------------------------------ persistence
+    FILE_KIND = "replay_buffer"
+    FILE_VERSION = 1
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "buffer_size": self.buffer_size * self.n_envs,
+            "n_envs": self.n_envs,
+            "optimize_memory_usage": self.optimize_memory_usage,
+            "handle_timeout_termination": self.handle_timeout_termination,
+        }
+
+    def _storages(self) -> dict[str, EpisodeStorage]:
+        return {"storage": self.storage}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the buffer, its episode book-keeping and its generator state to ``path`` (JSON + safetensors)."""
+        from herl.io import space_to_json, write_archive
+
+        arrays = {
+            f"{prefix}/{name}": array for prefix, storage in self._storages().items() for name, array in storage.arrays().items()
+        }
+        meta = {
+            "class": type(self).__name__,
+            "config": self._config(),
+            "observation_space": space_to_json(self.observation_space),
+            "action_space": space_to_json(self.action_space),
+            "rng_state": self.rng.bit_generator.state,
+        }
+        write_archive(path, kind=self.FILE_KIND, version=self.FILE_VERSION, meta=meta, arrays=arrays)
+
+    @classmethod
+    def _read(cls, path: str | os.PathLike):
+        from herl.io import read_archive, space_from_json
+
+        meta, arrays = read_archive(path, kind=cls.FILE_KIND, max_version=cls.FILE_VERSION)
+        if meta.get("class") != cls.__name__:
+            raise ValueError(f"{path} holds a {meta.get('class')}, not a {cls.__name__}: load it with {meta.get('class')}.load")
+        return meta, arrays, space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
+
+    def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], seed: int | None) -> None:
+        for prefix, storage in self._storages().items():
+            storage.restore({k[len(prefix) + 1:]: v for k, v in arrays.items() if k.startswith(prefix + "/")})
+        if seed is None:
+            self.rng.bit_generator.state = meta["rng_state"]
+        else:
+            self.rng = np.random.default_rng(seed)
+            self.seed = seed
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, device: torch.device | str = "auto", seed: int | None = None) -> ReplayBuffer:
+        """Read a buffer saved by :meth:`save`. ``seed`` reseeds sampling; by default it continues as saved."""
+        meta, arrays, obs_space, act_space = cls._read(path)
+        buffer = cls(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
+        buffer._restore(meta, arrays, seed)
+        return buffer

@@ -1,0 +1,31 @@
+"""Typed batches returned by the buffers (field names as in Stable-Baselines3)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+TensorDict = dict[str, torch.Tensor]
+
+
+class ReplayBufferSamples(NamedTuple):
+    """A batch of transitions with flat observations; rewards and dones shaped (batch, 1)."""
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    next_observations: torch.Tensor
+    dones: torch.Tensor
+    rewards: torch.Tensor
+    discounts: torch.Tensor | None = None
+
+
+class DictReplayBufferSamples(NamedTuple):
+    """A batch of transitions with dict observations; ``dones`` are terminations only (truncations bootstrap)."""
+
+    observations: TensorDict
+    actions: torch.Tensor
+    next_observations: TensorDict
+    dones: torch.Tensor
+    rewards: torch.Tensor
+    discounts: torch.Tensor | None = None

@@ -1,0 +1,79 @@
+"""Goal selection strategies for hindsight relabeling (Andrychowicz et al. 2017, section 4.5)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+
+
+class GoalSelectionStrategy(Enum):
+    """Which achieved goal replaces the desired goal of a relabeled transition.
+
+    FUTURE: an achieved goal of the same episode from the transition's own next state onward.
+    FINAL: the achieved goal of the episode's last state.
+    EPISODE: an achieved goal of any next state of the same episode.
+    RANDOM: an achieved goal of any state of any complete episode in the buffer.
+    """
+
+    FUTURE = 0
+    FINAL = 1
+    EPISODE = 2
+    RANDOM = 3
+
+
+KEY_TO_GOAL_STRATEGY: dict[str, GoalSelectionStrategy] = {
+    "future": GoalSelectionStrategy.FUTURE,
+    "final": GoalSelectionStrategy.FINAL,
+    "episode": GoalSelectionStrategy.EPISODE,
+    "random": GoalSelectionStrategy.RANDOM,
+}
+
+
+def parse_strategy(strategy: GoalSelectionStrategy | str) -> GoalSelectionStrategy:
+    """Accept the enum or its name in any case; reject anything else with the valid choices."""
+    if isinstance(strategy, GoalSelectionStrategy):
+        return strategy
+    if isinstance(strategy, str) and strategy.lower() in KEY_TO_GOAL_STRATEGY:
+        return KEY_TO_GOAL_STRATEGY[strategy.lower()]
+    raise ValueError(
+        f"unknown goal_selection_strategy {strategy!r}: use one of {sorted(KEY_TO_GOAL_STRATEGY)} "
+        "or a herl.GoalSelectionStrategy member"
+    )
+
+
+def sample_goal_offsets(
+    strategy: GoalSelectionStrategy,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Pick, for each transition, the episode offset whose *next* achieved goal becomes the new goal.
+
+    A transition at offset t of an episode of length L moved the agent to next state t (in
+    0-based transition numbering); its next achieved goals are those of offsets 0..L-1, the last
+    one being the episode's final state. FUTURE draws uniformly from t..L-1 (inclusive of t, so
+    the transition's own outcome counts as a future goal, as in the paper), with integers: rounding
+    a uniform float would halve the end points' probability (SB3 issue #1074).
+
+    RANDOM is not episode-local; the buffer draws those goals itself.
+    """
+    if strategy is GoalSelectionStrategy.FUTURE:
+        return rng.integers(offsets, lengths)
+    if strategy is GoalSelectionStrategy.FINAL:
+        return lengths - 1
+    if strategy is GoalSelectionStrategy.EPISODE:
+        return rng.integers(0, lengths)
+    raise ValueError(f"{strategy} picks goals across episodes, not by offset")
+
+
+def relabel_count(batch_size: int, n_sampled_goal: int, rng: np.random.Generator) -> int:
+    """How many of a batch's transitions get a hindsight goal.
+
+    k sampled goals per real transition means a fraction k/(k+1) relabeled. Drawing the count
+    binomially keeps that fraction exact in expectation for every batch size (SB3 truncates
+    `int(ratio * batch_size)`, a small bias at small batches); k = 0 is plain replay.
+    """
+    if n_sampled_goal == 0:
+        return 0
+    return int(rng.binomial(batch_size, n_sampled_goal / (n_sampled_goal + 1)))

@@ -1,0 +1,37 @@
+"""Goal environments for HER, their gymnasium registration, and a checker for goal envs.
+
+Importing this module registers:
+
+- ``herl/BitFlipping-v0``: :class:`BitFlippingEnv`; constructor arguments pass through ``gym.make`` (e.g.
+  ``gym.make("herl/BitFlipping-v0", n_bits=15)``). The env truncates itself after ``max_steps``, so no
+  ``TimeLimit`` is added.
+- ``herl/PointReach-v0``: :class:`PointReachEnv` inside gymnasium's ``TimeLimit(50)``, like Fetch; the env's own
+  limit is switched off, so ``gym.make(..., max_episode_steps=k)`` sets the episode length (see the class docstring).
+"""
+
+from __future__ import annotations
+
+import gymnasium
+
+from herl.envs.bit_flipping import BitFlippingEnv
+from herl.envs.checks import GoalEnvError, GoalEnvWarning, check_goal_env
+from herl.envs.point_reach import PointReachEnv
+
+__all__ = ["BitFlippingEnv", "GoalEnvError", "GoalEnvWarning", "PointReachEnv", "check_goal_env"]
+
+
+def _register_envs() -> None:
+    # Skip ids already present, so importing twice or importlib.reload(herl.envs) neither raises nor warns.
+    if "herl/BitFlipping-v0" not in gymnasium.envs.registry:
+        gymnasium.register(id="herl/BitFlipping-v0", entry_point="herl.envs.bit_flipping:BitFlippingEnv")
+    if "herl/PointReach-v0" not in gymnasium.envs.registry:
+        gymnasium.register(
+            id="herl/PointReach-v0",
+            entry_point="herl.envs.point_reach:PointReachEnv",
+            max_episode_steps=50,
+            # gym.make keeps its own max_episode_steps argument, so the env's limit is off and TimeLimit is the one.
+            kwargs={"max_episode_steps": None},
+        )
+
+
+_register_envs()

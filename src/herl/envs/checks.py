@@ -1,0 +1,202 @@
+"""Check that an environment can be used with Hindsight Experience Replay.
+
+HER needs more of an env than gymnasium's own checker asks for: a dict observation with the goal keys, and a reward
+function that can be recomputed for substituted goals, in batches, agreeing with the rewards the env hands out.
+When one of these is wrong, training does not crash: it silently learns nothing. ``check_goal_env`` turns each such
+mistake into an error that says what to fix.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+GOAL_ENV_KEYS = ("observation", "achieved_goal", "desired_goal")
+
+
+class GoalEnvError(ValueError):
+    """An environment cannot be used with HER as it is; the message says what to change."""
+
+
+class GoalEnvWarning(UserWarning):
+    """An environment works with HER but something about it is likely a mistake."""
+
+
+def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True) -> None:
+    """Raise :class:`GoalEnvError` if ``env`` cannot be used with HER.
+
+    Checks, in order:
+
+    1. ``env.observation_space`` is a ``gymnasium.spaces.Dict`` with the keys ``observation``, ``achieved_goal`` and
+       ``desired_goal``, and the two goal spaces have the same shape;
+    2. the env (through any gymnasium wrappers) has a callable ``compute_reward``;
+    3. over a rollout of ``n_steps`` random actions (resetting when an episode ends), calling
+       ``compute_reward(achieved_goal, desired_goal, info)`` on each step's new achieved goal, the desired goal and
+       the step's ``info`` gives the reward that ``step`` returned;
+    4. ``compute_reward`` is vectorized: on a batch of 2 pairs of goals (with ``info={}``) it returns shape ``(2,)``
+       and the rewards it gives for each pair alone.
+
+    ``compute_reward`` is called positionally, as gymnasium-robotics names its second parameter ``goal``.
+
+    The rollout steps the env, so its state and random generators move on; reset it afterwards.
+
+    Args:
+        env: A single (not vectorized) gymnasium env, wrapped or not.
+        n_steps: Number of random steps in the rollout; at least 2 (the batch probe needs two transitions).
+        warn: Also emit :class:`GoalEnvWarning` for likely mistakes that do not prevent training: an observation
+            outside its space, no ``info["is_success"]`` (success rates cannot be logged), a non-float reward dtype.
+    """
+    if n_steps < 2:
+        raise ValueError(f"n_steps must be at least 2 (the batch probe needs two transitions), got {n_steps}")
+    if isinstance(env, gymnasium.vector.VectorEnv):
+        raise GoalEnvError("check_goal_env takes a single env, got a vector env: check one of its sub-envs instead")
+
+    _check_spaces(env.observation_space)
+    compute_reward = _find_compute_reward(env)
+
+    achieved, desired, infos, rewards = _rollout(env, n_steps=n_steps, warn=warn)
+
+    # 3. Single calls agree with step. This is what HER relies on: a relabeled reward for the original goal must be
+    # the reward the agent actually received.
+    for index, (achieved_goal, desired_goal, info, reward) in enumerate(zip(achieved, desired, infos, rewards)):
+        try:
+            recomputed = np.asarray(compute_reward(achieved_goal, desired_goal, info))
+        except Exception as error:
+            raise GoalEnvError(
+                f"compute_reward(achieved_goal, desired_goal, info) raised {type(error).__name__}: {error}. It must "
+                "accept the achieved and desired goals as found in the observation, and the step's info dict"
+            ) from error
+        if recomputed.size != 1:
+            raise GoalEnvError(
+                f"compute_reward returned shape {recomputed.shape} for a single pair of goals: it must return one "
+                "reward (shape ()) for one pair, e.g. reduce over the last axis with np.linalg.norm(..., axis=-1)"
+            )
+        if warn and index == 0 and not np.issubdtype(recomputed.dtype, np.floating):
+            warnings.warn(
+                f"compute_reward returned dtype {recomputed.dtype}; return floats (e.g. np.float32) so relabeled "
+                "rewards have the dtype of the stored ones",
+                GoalEnvWarning,
+                stacklevel=2,
+            )
+        if not np.allclose(recomputed.reshape(()), reward):
+            raise GoalEnvError(
+                f"compute_reward disagrees with step at rollout step {index}: step returned reward {reward!r} but "
+                f"compute_reward(achieved_goal, desired_goal, info) returned {recomputed.reshape(()).item()!r}. Both "
+                "must compute the reward from the new achieved goal and the desired goal the same way (if a wrapper "
+                "changes the reward, give it a compute_reward that changes it the same way)"
+            )
+
+    # 4. Batched calls. HER relabels whole batches at once, with goals stacked along a leading axis. The values are
+    # compared with one-pair-at-a-time calls too, since with 2-D goals a reduction over the wrong axis still returns
+    # shape (2,). The second pair asks for the goal already achieved (as HER's relabeling does), so that a sparse
+    # reward gives two different values and a mix-up between the pairs shows.
+    pairs = [(achieved[0], desired[0]), (achieved[1], achieved[1])]
+    batch_achieved = np.stack([np.asarray(achieved_goal) for achieved_goal, _ in pairs])
+    batch_desired = np.stack([np.asarray(desired_goal) for _, desired_goal in pairs])
+    vectorize_hint = (
+        "it must be vectorized over the leading axis, e.g. use np.linalg.norm(achieved_goal - desired_goal, axis=-1) "
+        "and no Python branching on the goals' values"
+    )
+    try:
+        batch_rewards = np.asarray(compute_reward(batch_achieved, batch_desired, {}))
+    except Exception as error:
+        raise GoalEnvError(
+            f"compute_reward raised {type(error).__name__} on a batch of 2 goals (shape {batch_achieved.shape}, "
+            f"info={{}}): {error}; {vectorize_hint}"
+        ) from error
+    if batch_rewards.shape != (2,):
+        raise GoalEnvError(
+            f"compute_reward returned shape {batch_rewards.shape} for a batch of 2 goals (shape "
+            f"{batch_achieved.shape}): {vectorize_hint}"
+        )
+    single_rewards = [np.asarray(compute_reward(a, d, {})).reshape(()).item() for a, d in pairs]
+    if not np.allclose(batch_rewards, single_rewards):
+        raise GoalEnvError(
+            f"compute_reward on a batch of 2 goals returned {batch_rewards.tolist()} but one pair at a time it "
+            f"returns {single_rewards}: {vectorize_hint}"
+        )
+
+
+def _check_spaces(observation_space: spaces.Space) -> None:
+    if not isinstance(observation_space, spaces.Dict):
+        raise GoalEnvError(
+            f"observation_space is {type(observation_space).__name__}, not gymnasium.spaces.Dict: a goal env's "
+            f"observations must be dicts with the keys {list(GOAL_ENV_KEYS)}"
+        )
+    missing = [key for key in GOAL_ENV_KEYS if key not in observation_space.spaces]
+    if missing:
+        raise GoalEnvError(
+            f"observation_space lacks the key(s) {missing} (it has {list(observation_space.spaces)}): a goal env's "
+            f"observation dict must have the keys {list(GOAL_ENV_KEYS)}"
+        )
+    achieved_shape = observation_space["achieved_goal"].shape
+    desired_shape = observation_space["desired_goal"].shape
+    if achieved_shape != desired_shape:
+        raise GoalEnvError(
+            f"achieved_goal has shape {achieved_shape} but desired_goal has shape {desired_shape}: they must have the "
+            "same shape, since HER substitutes achieved goals for desired goals"
+        )
+
+
+def _find_compute_reward(env: gymnasium.Env) -> Callable[..., Any]:
+    # get_wrapper_attr looks through the wrappers, outermost first, so a wrapper may override the reward function.
+    try:
+        compute_reward = env.get_wrapper_attr("compute_reward")
+    except AttributeError:
+        compute_reward = getattr(env.unwrapped, "compute_reward", None)
+    if not callable(compute_reward):
+        raise GoalEnvError(
+            f"{type(env.unwrapped).__name__} has no compute_reward method: HER recomputes rewards for substituted "
+            "goals, so define compute_reward(self, achieved_goal, desired_goal, info) returning the reward, "
+            "vectorized over a leading batch axis"
+        )
+    return compute_reward
+
+
+def _rollout(
+    env: gymnasium.Env, *, n_steps: int, warn: bool
+) -> tuple[list[Any], list[Any], list[dict[str, Any]], list[float]]:
+    """Step ``env`` with random actions; return each step's new achieved goal, desired goal, info and reward."""
+    achieved: list[Any] = []
+    desired: list[Any] = []
+    infos: list[dict[str, Any]] = []
+    rewards: list[float] = []
+    warned_space = warned_success = False
+
+    observation, _ = env.reset()
+    for _ in range(n_steps):
+        observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        if not isinstance(observation, dict) or any(key not in observation for key in GOAL_ENV_KEYS):
+            raise GoalEnvError(
+                f"step returned an observation of type {type(observation).__name__} with keys "
+                f"{list(observation) if isinstance(observation, dict) else None}, but the observation_space declares "
+                f"a dict: return a dict with the keys {list(GOAL_ENV_KEYS)}"
+            )
+        if warn and not warned_space:
+            outside = [key for key in GOAL_ENV_KEYS if not env.observation_space[key].contains(observation[key])]
+            if outside:
+                warned_space = True
+                warnings.warn(
+                    f"step returned {outside} outside observation_space; declare the spaces with the dtype and "
+                    "bounds of the values the env returns",
+                    GoalEnvWarning,
+                    stacklevel=3,
+                )
+        if warn and not warned_success and "is_success" not in info:
+            warned_success = True
+            warnings.warn(
+                "step's info has no 'is_success' key: success rates cannot be logged; add info['is_success']",
+                GoalEnvWarning,
+                stacklevel=3,
+            )
+        achieved.append(observation["achieved_goal"])
+        desired.append(observation["desired_goal"])
+        infos.append(info)
+        rewards.append(float(reward))
+        if terminated or truncated:
+            observation, _ = env.reset()
+    return achieved, desired, infos, rewards
