@@ -210,15 +210,14 @@ class HerReplayBuffer(ReplayBuffer):
         last = (stage.pos[env_idx] - 1) % stage.rows
         start, length = int(stage.ep_start[last, env_idx]), int(stage.ep_len[last, env_idx])
         flat = stage.flat_index(np.arange(start, start + length), np.full(length, env_idx))
-        copies = np.repeat(flat, self.n_sampled_goal + 1)
+        # the episode once as it happened, then k relabeled copies of it
+        copies = np.concatenate([flat] + [flat] * self.n_sampled_goal)
         obs, actions, next_obs, terminated, truncated, rewards = self._gather(stage, copies)
+        infos = {k: v for k, v in stage.gather(copies, "t").items() if k[1].startswith(INFO_PREFIX)}
         if self.n_sampled_goal:
-            relabeled = np.ones(len(copies), dtype=bool)
-            relabeled[:: self.n_sampled_goal + 1] = False  # the first copy of each transition stays real
-            rows = np.flatnonzero(relabeled)
-            self._relabel(stage, copies[rows], rows, obs, next_obs, terminated, rewards)
+            self._relabel(stage, copies[length:], slice(length, None), obs, next_obs, terminated, rewards)
         transitions = {"action": actions, "reward": rewards, "terminated": terminated, "truncated": truncated}
-        transitions.update({k: v.take(copies, axis=0) for k, v in stage.flat_transitions.items() if k.startswith(INFO_PREFIX)})
+        transitions.update({name: v for (_, name), v in infos.items()})
         self.relabeled.extend(obs, next_obs, transitions)
 
     # ------------------------------------------------------------------ sampling
@@ -231,17 +230,17 @@ class HerReplayBuffer(ReplayBuffer):
         n_her = relabel_count(batch_size, self.n_sampled_goal, self.rng)
         if n_her:
             obs, _, next_obs, terminated, _, rewards = arrays
-            rows = np.arange(batch_size - n_her, batch_size)  # rows are i.i.d., so which ones is immaterial
+            rows = slice(batch_size - n_her, batch_size)  # rows are i.i.d., so which ones is immaterial
             self._relabel(storage, flat[rows], rows, obs, next_obs, terminated, rewards)
         return arrays
 
-    def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: np.ndarray, obs, next_obs, terminated, rewards) -> None:
+    def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: slice, obs, next_obs, terminated, rewards) -> None:
         """Give batch rows ``rows`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
         goals = self._sample_goals(storage, flat)
         obs["desired_goal"][rows] = goals
         next_obs["desired_goal"][rows] = goals
         achieved = next_obs["achieved_goal"][rows]
-        info = {k[len(INFO_PREFIX):]: v.take(flat, axis=0) for k, v in storage.flat_transitions.items() if k.startswith(INFO_PREFIX)}
+        info = {name[len(INFO_PREFIX):]: storage.field("t", name, flat) for name in self._info_specs}
         # one call per batch, goals by keyword (see goal_functions.bind_goal_function)
         rewards[rows] = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
         if self._compute_terminated is not None:
@@ -253,9 +252,9 @@ class HerReplayBuffer(ReplayBuffer):
             complete_only = storage.n_transitions > storage.n_open
             source = storage.sample_flat(len(flat), self.rng, complete_only=complete_only)
             return storage.next_state("achieved_goal", source)
-        starts, offsets, lengths = storage.episode_position(flat)
+        offsets, lengths = storage.episode_position(flat)
         goal_offsets = sample_goal_offsets(self.goal_selection_strategy, offsets, lengths, self.rng)
-        return storage.next_state("achieved_goal", storage.flat_index(starts + goal_offsets, flat % storage.n_envs))
+        return storage.next_state("achieved_goal", storage.shift(flat, goal_offsets - offsets))
 
     def sample(self, batch_size: int, env: Any = None) -> DictReplayBufferSamples:
         """Draw ``batch_size`` transitions, a fraction k/(k+1) of them with hindsight goals."""

@@ -115,6 +115,7 @@ class ReplayBuffer:
             state_fields=self._state_specs,
             transition_fields=self._transition_specs(),
             share_states=share_states,
+            end_fields=("terminated", "truncated"),
         )
 
     # ------------------------------------------------------------------ SB3-compatible counters
@@ -162,7 +163,8 @@ class ReplayBuffer:
             if done is None:
                 raise ValueError("add() needs done (SB3 form) or terminated and truncated (gymnasium form)")
             done = self._flags(done, "done")
-            if np.count_nonzero(done):  # truncation only matters where an episode ends
+            n_done = np.count_nonzero(done)
+            if n_done:  # truncation only matters where an episode ends
                 truncated = self._timeouts(infos) & done if self.handle_timeout_termination else self._no_flags
                 terminated = done & ~truncated
             else:
@@ -173,6 +175,7 @@ class ReplayBuffer:
             terminated = self._flags(terminated, "terminated")
             truncated = self._no_flags if truncated is None else self._flags(truncated, "truncated")
             done = terminated | truncated
+            n_done = None
         if type(reward) is not np.ndarray or reward.shape != self._batch_shape:
             reward = self._reshape(np.asarray(reward, dtype=np.float32), (), "reward")
         if type(action) is not np.ndarray or action.shape != self._action_shape:
@@ -180,7 +183,7 @@ class ReplayBuffer:
         transitions = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated}
         if self._stores_infos:
             self._add_info_fields(transitions, infos)
-        self.storage.add(self._obs(obs, "obs"), self._obs(next_obs, "next_obs"), transitions, done)
+        self.storage.add(self._obs(obs, "obs"), self._obs(next_obs, "next_obs"), transitions, done, n_done)
         if self._on_episode_end is not None and self.storage.n_starting:
             self._on_episode_end()
 
@@ -259,16 +262,19 @@ class ReplayBuffer:
 
     def _gather(self, storage: EpisodeStorage, flat: np.ndarray):
         """Copies of the stored fields at ``flat``: editing them never touches the storage."""
-        obs = {k: v.take(flat, axis=0) for k, v in storage.flat_states.items()}
-        next_obs = {k: storage.next_state(k, flat) for k in storage.flat_states}
-        fields = storage.flat_transitions
+        fields = storage.gather(flat)
+        if storage.share_states:
+            next_fields = storage.gather(storage.next_flat(flat), "s")
+            next_obs = {k: next_fields[("s", k)] for k in storage.state_fields}
+        else:
+            next_obs = {k: fields[("n", k)] for k in storage.state_fields}
         return (
-            obs,
-            fields["action"].take(flat, axis=0),
+            {k: fields[("s", k)] for k in storage.state_fields},
+            fields[("t", "action")],
             next_obs,
-            fields["terminated"].take(flat),
-            fields["truncated"].take(flat),
-            fields["reward"].take(flat),
+            fields[("t", "terminated")],
+            fields[("t", "truncated")],
+            fields[("t", "reward")],
         )
 
     def _to_samples(self, obs, actions, next_obs, terminated, truncated, rewards, *, env: Any = None):

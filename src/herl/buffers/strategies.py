@@ -42,6 +42,20 @@ def parse_strategy(strategy: GoalSelectionStrategy | str) -> GoalSelectionStrate
     )
 
 
+def uniform_integers(rng: np.random.Generator, low: np.ndarray | int, high: np.ndarray | int, size: int | None = None) -> np.ndarray:
+    """Integers drawn uniformly from [low, high), elementwise: ``low + floor(u * (high - low))``.
+
+    ``u`` is a 53-bit uniform double in [0, 1), so each of the m = high - low values has
+    probability 1/m to within m / 2**53 (and ``u * m < m`` always holds in float64, so the draw
+    never reaches ``high``). This is a floor, not a rounding: rounding ``u * (m - 1)`` is the
+    bug that halves the end points' probability, which a peer library shipped. It costs about half of
+    ``Generator.integers`` with array bounds, which shows in the sampler's budget.
+    """
+    if size is None:
+        size = np.shape(low) or np.shape(high)
+    return low + (rng.random(size) * (np.subtract(high, low))).astype(np.int64)
+
+
 def sample_goal_offsets(
     strategy: GoalSelectionStrategy,
     offsets: np.ndarray,
@@ -53,17 +67,17 @@ def sample_goal_offsets(
     A transition at offset t of an episode of length L moved the agent to next state t (in
     0-based transition numbering); its next achieved goals are those of offsets 0..L-1, the last
     one being the episode's final state. FUTURE draws uniformly from t..L-1 (inclusive of t, so
-    the transition's own outcome counts as a future goal, as in the paper), with integers: rounding
-    a uniform float would halve the end points' probability (SB3 issue #1074).
+    the transition's own outcome counts as a future goal, as in the paper), with integers drawn
+    uniformly (see :func:`uniform_integers`).
 
     RANDOM is not episode-local; the buffer draws those goals itself.
     """
     if strategy is GoalSelectionStrategy.FUTURE:
-        return rng.integers(offsets, lengths)
+        return uniform_integers(rng, offsets, lengths)
     if strategy is GoalSelectionStrategy.FINAL:
         return lengths - 1
     if strategy is GoalSelectionStrategy.EPISODE:
-        return rng.integers(0, lengths)
+        return uniform_integers(rng, 0, lengths)
     raise ValueError(f"{strategy} picks goals across episodes, not by offset")
 
 
