@@ -1,7 +1,10 @@
 """herl: goal-conditioned reinforcement learning with Hindsight Experience Replay."""
 
-from herl import envs  # registers herl/BitFlipping-v0 and herl/PointReach-v0
-from herl.buffers import (
+__version__ = "0.1.0"
+
+from herl import envs  # noqa: E402  (registers herl/BitFlipping-v0 and herl/PointReach-v0)
+from herl.algorithms import DDPG, DQN, SAC, TD3  # noqa: E402
+from herl.buffers import (  # noqa: E402
     KEY_TO_GOAL_STRATEGY,
     DictReplayBufferSamples,
     GoalSelectionStrategy,
@@ -9,16 +12,42 @@ from herl.buffers import (
     ReplayBuffer,
     ReplayBufferSamples,
 )
-
-__version__ = "0.1.0"
+from herl.training import (  # noqa: E402
+    ActionNoise,
+    BaseCallback,
+    CallbackList,
+    CheckpointCallback,
+    EvalCallback,
+    NormalActionNoise,
+    OrnsteinUhlenbeckActionNoise,
+    StopTrainingOnRewardThreshold,
+    StopTrainingOnSuccessThreshold,
+    configure,
+    evaluate_policy,
+)
 
 __all__ = [
+    "DDPG",
+    "DQN",
     "KEY_TO_GOAL_STRATEGY",
+    "SAC",
+    "TD3",
+    "ActionNoise",
+    "BaseCallback",
+    "CallbackList",
+    "CheckpointCallback",
     "DictReplayBufferSamples",
+    "EvalCallback",
     "GoalSelectionStrategy",
     "HerReplayBuffer",
+    "NormalActionNoise",
+    "OrnsteinUhlenbeckActionNoise",
     "ReplayBuffer",
     "ReplayBufferSamples",
+    "StopTrainingOnRewardThreshold",
+    "StopTrainingOnSuccessThreshold",
+    "configure",
     "envs",
+    "evaluate_policy",
     "__version__",
 ]

@@ -1,0 +1,114 @@
+"""Deep Q-Network (Mnih et al. 2015) with optional double Q-learning (van Hasselt et al. 2016):
+the algorithm of HER's bit-flipping experiments.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from herl.nn.mlp import MLP
+from herl.training.base import OffPolicyAlgorithm
+from herl.training.config import OffPolicyConfig
+
+
+@dataclass(frozen=True)
+class DQNConfig(OffPolicyConfig):
+    """DQN's hyperparameters (SB3's defaults, plus ``double_q``)."""
+
+    learning_rate: float = 1e-4
+    """Adam's step size."""
+    batch_size: int = 32
+    """Transitions per gradient step."""
+    tau: float = 1.0
+    """Polyak coefficient of the target update (1.0: copy)."""
+    train_freq: tuple[int, str] = (4, "step")
+    """Update every 4 env steps."""
+    target_update_interval: int = 10_000
+    """Env steps between target-network updates."""
+    exploration_fraction: float = 0.1
+    """Fraction of the training during which epsilon decays linearly."""
+    exploration_initial_eps: float = 1.0
+    """Epsilon at the start."""
+    exploration_final_eps: float = 0.05
+    """Epsilon after the decay."""
+    max_grad_norm: float = 10.0
+    """Gradients are clipped to this global norm."""
+    double_q: bool = False
+    """Pick the next action with the online network and value it with the target network (double DQN)."""
+
+    def validate(self) -> None:
+        super().validate()
+        if not 0.0 <= self.exploration_fraction <= 1.0:
+            raise ValueError(f"exploration_fraction must be in [0, 1], got {self.exploration_fraction}")
+        if self.target_update_interval < 1:
+            raise ValueError(f"target_update_interval must be >= 1 env step, got {self.target_update_interval}")
+
+
+class DQN(OffPolicyAlgorithm):
+    """DQN for Discrete action spaces. See :class:`~herl.training.base.OffPolicyAlgorithm` for the arguments."""
+
+    config_class = DQNConfig
+    default_net_arch = (64, 64)
+    action_space_types = (spaces.Discrete,)
+
+    def _build(self, generator: torch.Generator) -> None:
+        arch = self.policy_config
+        self.q_net = MLP(self.obs_dim, int(self.action_space.n), arch.critic_arch, activation=arch.activation,
+                         generator=generator)
+        self.q_net_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.nets.update({"q_net": self.q_net, "q_net_target": self.q_net_target})
+        self.exploration_rate = self.config.exploration_initial_eps
+        self._last_target_update = 0
+
+    def _make_optimizers(self) -> None:
+        self.optimizers["optimizer"] = self.adam(self.q_net.parameters())
+
+    def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        return self.q_net(x).argmax(dim=1, keepdim=True)
+
+    def _policy_actions(self, obs: Any, deterministic: bool) -> np.ndarray:
+        """Greedy actions, or epsilon-greedy with the current exploration rate (as SB3's DQN.predict)."""
+        actions = super()._policy_actions(obs, deterministic)
+        if not deterministic and self.exploration_rate > 0:
+            explore = self.rng.random(actions.shape[0]) < self.exploration_rate
+            if explore.any():
+                actions[explore] = self._random_actions(int(explore.sum()))
+        return actions
+
+    def _collect_actions(self, obs: Any) -> np.ndarray:
+        cfg = self.config
+        progress = self.num_timesteps / max(self._total_timesteps, 1)
+        fraction = min(progress / cfg.exploration_fraction, 1.0) if cfg.exploration_fraction > 0 else 1.0
+        self.exploration_rate = cfg.exploration_initial_eps + fraction * (cfg.exploration_final_eps - cfg.exploration_initial_eps)
+        return super()._collect_actions(obs)
+
+    def _update(self, batch: Any) -> None:
+        cfg = self.config
+        n = batch.rewards.shape[0]
+        xx = self.encode_batch(batch)
+        q_all = self.q_net(xx)  # observations and next observations in one pass (double Q needs both)
+        with torch.no_grad():
+            next_q_target = self.q_net_target(xx[n:])
+            if cfg.double_q:
+                next_q = next_q_target.gather(1, q_all[n:].argmax(dim=1, keepdim=True))
+            else:
+                next_q = next_q_target.amax(dim=1, keepdim=True)
+            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_q, value=cfg.gamma))
+        q = q_all[:n].gather(1, batch.actions.long())
+        loss = nn.functional.smooth_l1_loss(q, target)
+        optimizer = self.optimizers["optimizer"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm, foreach=True)
+        optimizer.step()
+        if self.num_timesteps - self._last_target_update >= cfg.target_update_interval:
+            self.soft_update(self.q_net_target, self.q_net, cfg.tau)
+            self._last_target_update = self.num_timesteps
+        self._train_info = {"loss": loss, "exploration_rate": self.exploration_rate}

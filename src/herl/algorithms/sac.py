@@ -1,0 +1,101 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, arXiv:1801.01290 and 1812.05905), with automatic entropy tuning.
+
+One update is a single backward pass and a single fused Adam step: the critic loss, the actor
+loss (through the critics with their weights held constant) and the entropy-coefficient loss
+touch disjoint parameters, so their sum has exactly the gradients of three separate backward
+passes, at a third of the operations (each eager op costs ~5 µs on CPU; the networks are small).
+The actor acts on the observations and the next observations in one forward pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from herl.nn.mlp import EnsembleMLP
+from herl.nn.policies import SquashedGaussianActor
+from herl.training.base import OffPolicyAlgorithm
+from herl.training.config import OffPolicyConfig
+
+
+@dataclass(frozen=True)
+class SACConfig(OffPolicyConfig):
+    """SAC's hyperparameters (SB3's defaults)."""
+
+    ent_coef: float | str = "auto"
+    """Entropy coefficient alpha: a number, ``"auto"`` (learned, starting at 1) or ``"auto_0.1"`` (learned, starting at 0.1)."""
+    target_entropy: float | str = "auto"
+    """Entropy the learned alpha aims for; ``"auto"``: minus the action dimension."""
+    target_update_interval: int = 1
+    """Gradient steps between target-critic updates."""
+
+    def validate(self) -> None:
+        super().validate()
+        if isinstance(self.ent_coef, str):
+            if not (self.ent_coef == "auto" or self.ent_coef.startswith("auto_")):
+                raise ValueError(f"ent_coef must be a number, 'auto' or 'auto_<initial value>', got {self.ent_coef!r}")
+        elif self.ent_coef <= 0:
+            raise ValueError(f"ent_coef must be positive, got {self.ent_coef}")
+
+
+class SAC(OffPolicyAlgorithm):
+    """Soft Actor-Critic for Box action spaces. See :class:`~herl.training.base.OffPolicyAlgorithm` for the arguments."""
+
+    config_class = SACConfig
+
+    def _build(self, generator: torch.Generator) -> None:
+        cfg, arch = self.config, self.policy_config
+        self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
+                                           generator=generator)
+        self.critic = EnsembleMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics,
+                                  activation=arch.activation, generator=generator)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.learn_ent_coef = isinstance(cfg.ent_coef, str)
+        initial = float(cfg.ent_coef.split("_")[1]) if self.learn_ent_coef and "_" in cfg.ent_coef else 1.0
+        initial = initial if self.learn_ent_coef else float(cfg.ent_coef)
+        self.log_ent_coef = nn.Parameter(torch.tensor(math.log(initial)), requires_grad=self.learn_ent_coef)
+        self.target_entropy = -float(self.action_dim) if cfg.target_entropy == "auto" else float(cfg.target_entropy)
+        self.nets.update({"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
+                          "ent_coef": nn.ParameterDict({"log_ent_coef": self.log_ent_coef})})
+
+    def _make_optimizers(self) -> None:
+        params = [*self.critic.parameters(), *self.actor.parameters()]
+        if self.learn_ent_coef:
+            params.append(self.log_ent_coef)
+        self.optimizers["optimizer"] = self.adam(params)
+
+    def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        noise = None if deterministic else torch.randn(x.shape[0], self.action_dim, generator=self.torch_rng, device=x.device)
+        return self.actor(x, noise)[0]
+
+    def _update(self, batch: Any) -> None:
+        n = batch.rewards.shape[0]
+        xx = self.encode_batch(batch)
+        x, next_x = xx[:n], xx[n:]
+        noise = torch.randn(2 * n, self.action_dim, generator=self.torch_rng, device=xx.device)
+        actions, log_prob = self.actor(xx, noise)
+        ent_coef = self.log_ent_coef.detach().exp()
+        with torch.no_grad():
+            next_q = self.critic_target(torch.cat([next_x, actions[n:]], dim=1)).amin(0)
+            next_v = torch.addcmul(next_q, ent_coef, log_prob[n:], value=-1.0)
+            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_v, value=self.config.gamma))
+        q = self.critic(torch.cat([x, batch.actions], dim=1))
+        critic_loss = 0.5 * (q - target).square().mean(dim=(1, 2)).sum()
+        q_pi = self.critic(torch.cat([x, actions[:n]], dim=1), detach_params=True).amin(0)
+        actor_loss = (ent_coef * log_prob[:n] - q_pi).mean()
+        loss = critic_loss + actor_loss
+        if self.learn_ent_coef:
+            ent_coef_loss = -(self.log_ent_coef * (log_prob[:n].detach() + self.target_entropy)).mean()
+            loss = loss + ent_coef_loss
+        optimizer = self.optimizers["optimizer"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if (self._n_updates + 1) % self.config.target_update_interval == 0:
+            self.soft_update(self.critic_target, self.critic, self.config.tau)
+        self._train_info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "ent_coef": ent_coef}

@@ -1,0 +1,97 @@
+"""Twin Delayed DDPG (Fujimoto et al. 2018, arXiv:1802.09477): clipped double Q, delayed actor
+updates and target policy smoothing.
+
+As in :mod:`herl.algorithms.sac`, the critic and actor losses go through one backward pass and
+one fused Adam step (the actor's gradient reaches the critics as constants, so the sum has the
+same gradients as separate passes).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from herl.nn.mlp import EnsembleMLP
+from herl.nn.policies import DeterministicActor
+from herl.training.base import OffPolicyAlgorithm
+from herl.training.config import OffPolicyConfig
+
+
+@dataclass(frozen=True)
+class TD3Config(OffPolicyConfig):
+    """TD3's hyperparameters (SB3's defaults)."""
+
+    learning_rate: float = 1e-3
+    """Adam's step size for actor and critics."""
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+    target_policy_noise: float = 0.2
+    """Standard deviation of the Gaussian noise added to target actions (policy smoothing)."""
+    target_noise_clip: float = 0.5
+    """That noise is clipped to ``±target_noise_clip``."""
+    action_l2: float = 0.0
+    """Weight of the penalty on the actor's squared actions (OpenAI baselines' HER DDPG uses 1.0)."""
+
+    def validate(self) -> None:
+        super().validate()
+        if int(self.policy_delay) != self.policy_delay or self.policy_delay < 1:
+            raise ValueError(f"policy_delay must be a positive integer, got {self.policy_delay!r}")
+
+
+class TD3(OffPolicyAlgorithm):
+    """TD3 for Box action spaces. See :class:`~herl.training.base.OffPolicyAlgorithm` for the arguments."""
+
+    config_class = TD3Config
+    default_net_arch = (400, 300)
+
+    def _build(self, generator: torch.Generator) -> None:
+        arch = self.policy_config
+        self.actor = DeterministicActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
+                                        generator=generator)
+        self.critic = EnsembleMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics,
+                                  activation=arch.activation, generator=generator)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.nets.update({"actor": self.actor, "critic": self.critic, "actor_target": self.actor_target,
+                          "critic_target": self.critic_target})
+
+    def _make_optimizers(self) -> None:
+        self.optimizers["optimizer"] = self.adam([*self.critic.parameters(), *self.actor.parameters()])
+
+    def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        return self.actor(x)  # exploration noise is the loop's action_noise
+
+    def _update(self, batch: Any) -> None:
+        cfg = self.config
+        n = batch.rewards.shape[0]
+        xx = self.encode_batch(batch)
+        x, next_x = xx[:n], xx[n:]
+        with torch.no_grad():
+            next_actions = self.actor_target(next_x)
+            if cfg.target_policy_noise > 0:
+                noise = torch.randn(next_actions.shape, generator=self.torch_rng, device=xx.device)
+                noise = noise.mul_(cfg.target_policy_noise).clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
+                next_actions = (next_actions + noise).clamp_(-1.0, 1.0)
+            next_q = self.critic_target(torch.cat([next_x, next_actions], dim=1)).amin(0)
+            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_q, value=cfg.gamma))
+        q = self.critic(torch.cat([x, batch.actions], dim=1))
+        critic_loss = (q - target).square().mean(dim=(1, 2)).sum()
+        loss = critic_loss
+        update_actor = (self._n_updates + 1) % cfg.policy_delay == 0
+        if update_actor:
+            actions = self.actor(x)
+            actor_loss = -self.critic(torch.cat([x, actions], dim=1), detach_params=True)[0].mean()
+            if cfg.action_l2:
+                actor_loss = actor_loss + cfg.action_l2 * actions.square().mean()
+            loss = loss + actor_loss
+        optimizer = self.optimizers["optimizer"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if update_actor:
+            self.soft_update(self.critic_target, self.critic, cfg.tau)
+            self.soft_update(self.actor_target, self.actor, cfg.tau)
+            self._train_info = {"critic_loss": critic_loss, "actor_loss": actor_loss}

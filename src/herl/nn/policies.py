@@ -1,0 +1,114 @@
+"""Observation encoding, actors and critics shared by herl's algorithms."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from herl.nn.mlp import MLP
+from herl.nn.normalizer import RunningNormalizer
+
+# A goal policy sees the state and the goal it is asked for; achieved_goal is a function of the
+# state (HER paper, section 4; OpenAI baselines feeds o and g only), so it is left out.
+GOAL_INPUT_KEYS = ("observation", "desired_goal")
+
+
+def input_keys(observation_space: spaces.Space) -> tuple[str, ...]:
+    """Which observation entries the networks read, in order: a goal env's observation and desired goal,
+    every key (sorted) of another Dict space, or the whole flat observation (``"obs"``)."""
+    if isinstance(observation_space, spaces.Dict):
+        if all(k in observation_space.spaces for k in (*GOAL_INPUT_KEYS, "achieved_goal")):
+            return GOAL_INPUT_KEYS
+        return tuple(sorted(observation_space.spaces))
+    return ("obs",)
+
+
+def _flat_size(space: spaces.Space) -> int:
+    if isinstance(space, spaces.Discrete):
+        return 1
+    if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+        return int(np.prod(space.shape))
+    raise TypeError(f"unsupported observation space {space}: use Box, Discrete, MultiBinary or MultiDiscrete entries")
+
+
+class ObservationEncoder(nn.Module):
+    """Dict (or flat) observations to one float vector per row, optionally normalized by running statistics.
+
+    Discrete entries are read as their integer value (normalization then scales them).
+    """
+
+    def __init__(self, observation_space: spaces.Space, *, normalize: bool, clip_range: float = 5.0) -> None:
+        super().__init__()
+        self.keys = input_keys(observation_space)
+        subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {"obs": observation_space}
+        self.dim = sum(_flat_size(subspaces[k]) for k in self.keys)
+        self.dict_obs = isinstance(observation_space, spaces.Dict)
+        self.normalizer = RunningNormalizer(self.dim, clip_range=clip_range) if normalize else None
+
+    def flatten(self, obs: Mapping[str, torch.Tensor] | torch.Tensor) -> torch.Tensor:
+        """Batch of tensors (a dict, or a tensor for flat spaces) to ``(batch, dim)`` float32, unnormalized."""
+        if not self.dict_obs:
+            return obs.reshape(obs.shape[0], -1).float()
+        parts = [obs[k].reshape(obs[k].shape[0], -1) for k in self.keys]
+        return torch.cat(parts, dim=1).float() if len(parts) > 1 else parts[0].float()
+
+    def flatten_numpy(self, obs: Any, device: torch.device) -> torch.Tensor:
+        """Observations as the env gives them, with a leading batch axis, to a ``(batch, dim)`` tensor."""
+        if not self.dict_obs:
+            array = np.asarray(obs, dtype=np.float32)
+            return torch.from_numpy(array.reshape(array.shape[0], -1)).to(device)
+        parts = [np.asarray(obs[k], dtype=np.float32) for k in self.keys]
+        array = np.concatenate([p.reshape(p.shape[0], -1) for p in parts], axis=1)
+        return torch.from_numpy(array).to(device)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.normalizer is None else self.normalizer(x)
+
+    def update(self, x: torch.Tensor) -> None:
+        if self.normalizer is not None:
+            self.normalizer.update(x)
+
+
+# SB3's bounds on the log standard deviation of SAC's Gaussian
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's policy: a Gaussian over pre-squash actions, squashed into [-1, 1] by tanh (Haarnoja et al. 2018, app. C)."""
+
+    def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.net = MLP(in_dim, 2 * action_dim, hidden, activation=activation, generator=generator)
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions for ``x`` and their log-probabilities ``(batch, 1)``; ``noise=None`` gives the mean action."""
+        mean, log_std = self.net(x).chunk(2, dim=-1)
+        if noise is None:
+            return torch.tanh(mean), torch.zeros_like(mean[:, :1])
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        pre_tanh = mean + log_std.exp() * noise
+        # log N(u; mean, std) - log|d tanh(u)/du|, with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), the
+        # stable form (no 1e-6 fudge near |a| = 1)
+        log_prob = -0.5 * noise.square() - log_std - _HALF_LOG_2PI
+        log_prob = log_prob - 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
+        return torch.tanh(pre_tanh), log_prob.sum(dim=-1, keepdim=True)
+
+
+class DeterministicActor(nn.Module):
+    """DDPG/TD3's policy: an MLP with tanh output in [-1, 1]."""
+
+    def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.net = MLP(in_dim, action_dim, hidden, activation=activation, generator=generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(x))

@@ -1,0 +1,140 @@
+"""The off-policy loop: the one place that steps environments, for every algorithm.
+
+Collect ``train_freq`` steps (or episodes) with the model's exploration, store them, then run
+``gradient_steps`` updates, until ``total_timesteps`` env steps. Episode statistics, logging and
+callbacks live here too; the algorithm only acts and updates.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from herl.training.callbacks import as_callback
+from herl.training.logger import Logger, configure
+
+
+def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | None, tb_log_name: str,
+        reset_num_timesteps: bool, progress_bar: bool) -> Any:
+    env, buffer, config = model.env, model.replay_buffer, model.config
+    if reset_num_timesteps or model._last_obs is None:
+        seed = None if model._env_was_seeded else model._env_seed
+        model._last_obs = env.reset(seed=seed)
+        model._env_was_seeded = True
+        model._ep_returns = np.zeros(env.n_envs)
+        model._ep_lengths = np.zeros(env.n_envs, dtype=np.int64)
+    if reset_num_timesteps:
+        model._ep_info_buffer.clear()
+        model._ep_success_buffer.clear()
+        model.num_timesteps = 0
+        model._episode_num = 0
+    else:
+        total_timesteps += model.num_timesteps
+    model._total_timesteps = total_timesteps
+    start_timesteps, start_time = model.num_timesteps, time.perf_counter()
+    if not model._custom_logger:
+        model.logger = _default_logger(model, tb_log_name, reset_num_timesteps)
+
+    callback = as_callback(callback)
+    callback.init_callback(model)
+    # Callbacks see this read-only view, refreshed in place each step (STYLE.md: no access to the loop's locals).
+    state: dict[str, Any] = {"total_timesteps": total_timesteps, "callback": callback, "log_interval": log_interval}
+    state_view = MappingProxyType(state)
+    callback.on_training_start(state_view, MappingProxyType({}))
+    callback.update_locals(state_view)
+    bar = _progress_bar(total_timesteps - model.num_timesteps) if progress_bar else None
+
+    n_freq, unit = config.train_freq
+    per_step = unit == "step"
+    noise = model.action_noise
+    obs = model._last_obs
+    returns, lengths = model._ep_returns, model._ep_lengths
+    go_on = True
+    while go_on and model.num_timesteps < total_timesteps:
+        callback.on_rollout_start()
+        steps = episodes = 0
+        while (steps if per_step else episodes) < n_freq and model.num_timesteps < total_timesteps:
+            actions = model._collect_actions(obs)
+            next_obs, new_obs, rewards, terminated, truncated, infos = env.step(model._unscale(actions))
+            model.num_timesteps += env.n_envs
+            steps += 1
+            buffer.add(obs, next_obs, actions, rewards, infos=infos, terminated=terminated, truncated=truncated)
+            returns += rewards
+            lengths += 1
+            dones = terminated | truncated
+            if dones.any():
+                for i in np.flatnonzero(dones):
+                    model._ep_info_buffer.append({"r": float(returns[i]), "l": int(lengths[i])})
+                    success = infos[i].get("is_success")
+                    if success is not None:
+                        model._ep_success_buffer.append(float(success))
+                    returns[i], lengths[i] = 0.0, 0
+                    episodes += 1
+                    model._episode_num += 1
+                    if noise is not None:
+                        noise.reset()
+                    if log_interval and model._episode_num % log_interval == 0:
+                        _dump_logs(model, start_timesteps, start_time)
+            obs = new_obs
+            if bar is not None:
+                bar.update(env.n_envs)
+            state.update(new_obs=new_obs, rewards=rewards, dones=dones, infos=infos, actions=actions)
+            if not callback.on_step():
+                go_on = False
+                break
+        model._last_obs = obs
+        model._current_progress_remaining = 1.0 - model.num_timesteps / max(total_timesteps, 1)
+        callback.on_rollout_end()
+        if go_on and model.num_timesteps > config.learning_starts:
+            gradient_steps = config.gradient_steps if config.gradient_steps >= 0 else steps
+            if gradient_steps > 0:
+                model.train(gradient_steps)
+    if bar is not None:
+        bar.close()
+    callback.on_training_end()
+    return model
+
+
+def _default_logger(model: Any, tb_log_name: str, reset_num_timesteps: bool) -> Logger:
+    formats = ["stdout"] if model.verbose >= 1 else []
+    folder = None
+    if model.tensorboard_log is not None:
+        root = Path(model.tensorboard_log)
+        runs = [int(p.name.rsplit("_", 1)[1]) for p in root.glob(f"{tb_log_name}_*") if p.name.rsplit("_", 1)[1].isdigit()]
+        run_id = max(runs, default=0) + (1 if reset_num_timesteps or not runs else 0)
+        folder = root / f"{tb_log_name}_{run_id}"
+        formats.append("tensorboard")
+    if model.logger is not None and not reset_num_timesteps:
+        return model.logger
+    return configure(folder, formats)
+
+
+def _dump_logs(model: Any, start_timesteps: int, start_time: float) -> None:
+    logger = model.logger
+    elapsed = max(time.perf_counter() - start_time, 1e-9)
+    logger.record("time/episodes", model._episode_num)
+    logger.record("time/fps", int((model.num_timesteps - start_timesteps) / elapsed))
+    logger.record("time/time_elapsed", int(elapsed))
+    logger.record("time/total_timesteps", model.num_timesteps)
+    if model._ep_info_buffer:
+        logger.record("rollout/ep_rew_mean", float(np.mean([e["r"] for e in model._ep_info_buffer])))
+        logger.record("rollout/ep_len_mean", float(np.mean([e["l"] for e in model._ep_info_buffer])))
+    if model._ep_success_buffer:
+        logger.record("rollout/success_rate", float(np.mean(model._ep_success_buffer)))
+    for key, value in model.train_info().items():
+        logger.record(key, value)
+    logger.record("train/n_updates", model._n_updates)
+    logger.record("train/learning_rate", model.config.learning_rate)
+    logger.dump(model.num_timesteps)
+
+
+def _progress_bar(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError as err:
+        raise ImportError("progress_bar=True needs tqdm: pip install tqdm") from err
+    return tqdm(total=total, unit="steps")
