@@ -115,5 +115,7 @@ def probe_vectorized(
         result = np.asarray(call(achieved, desired, info))
     except Exception as err:  # the user's code: any failure is reported with the fix
         raise ValueError(f"{what} failed on a batch of 2 goals ({type(err).__name__}: {err}). {fix}") from err
+    if result.shape == () and what == "compute_terminated":
+        return  # a constant (gymnasium-robotics' Fetch returns False for any batch): it broadcasts when relabeling
     if result.shape not in ((2,), (2, 1)):
         raise ValueError(f"{what} returned shape {result.shape} for a batch of 2 goals, expected (2,). {fix}")
