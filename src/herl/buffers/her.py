@@ -101,6 +101,9 @@ class HerReplayBuffer(ReplayBuffer):
         max_episode_length: int | None = None,
         info_keys: list[str] | None = None,
         seed: int | None = None,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        beta: float = 0.4,
     ) -> None:
         check_goal_space(observation_space)
         if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
@@ -120,12 +123,15 @@ class HerReplayBuffer(ReplayBuffer):
         super().__init__(
             buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
             optimize_memory_usage=optimize_memory_usage, handle_timeout_termination=handle_timeout_termination, seed=seed,
+            prioritized=prioritized, alpha=alpha, beta=beta,
         )
         if not self.online_sampling:
             # Episodes wait in a staging area sized for one episode per env; at their end they are
             # relabeled into the main store, which is flat (each transition its own row).
             self.storage = self._make_storage(self.max_episode_length + 1, self.n_envs, share_states=False)
             self.relabeled = self._make_storage(max(int(buffer_size), 1), 1, share_states=False)
+            if self.prioritized:  # priorities belong to the store that is sampled
+                self._attach_priorities(self.relabeled)
         self._stores_infos = self.copy_info_dict
         if not self.online_sampling:
             self._on_episode_end = self._relabel_ended_episodes
@@ -223,7 +229,8 @@ class HerReplayBuffer(ReplayBuffer):
     # ------------------------------------------------------------------ sampling
     def _sample_arrays(self, batch_size: int):
         if not self.online_sampling and self.relabeled.n_transitions > 0:
-            return self._gather(self.relabeled, self.relabeled.sample_flat(batch_size, self.rng))
+            flat = self.relabeled.sample_flat(batch_size, self.rng)
+            return self._gather(self.relabeled, flat), self.relabeled, flat
         storage = self.storage
         flat = storage.sample_flat(batch_size, self.rng)
         arrays = self._gather(storage, flat)
@@ -232,7 +239,7 @@ class HerReplayBuffer(ReplayBuffer):
             obs, _, next_obs, terminated, _, rewards = arrays
             rows = slice(batch_size - n_her, batch_size)  # rows are i.i.d., so which ones is immaterial
             self._relabel(storage, flat[rows], rows, obs, next_obs, terminated, rewards)
-        return arrays
+        return arrays, storage, flat
 
     def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: slice, obs, next_obs, terminated, rewards) -> None:
         """Give batch rows ``rows`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
@@ -256,9 +263,15 @@ class HerReplayBuffer(ReplayBuffer):
         goal_offsets = sample_goal_offsets(self.goal_selection_strategy, offsets, lengths, self.rng)
         return storage.next_state("achieved_goal", storage.shift(flat, goal_offsets - offsets))
 
-    def sample(self, batch_size: int, env: Any = None) -> DictReplayBufferSamples:
-        """Draw ``batch_size`` transitions, a fraction k/(k+1) of them with hindsight goals."""
-        return super().sample(batch_size, env)
+    def sample(self, batch_size: int, env: Any = None, *, beta: float | None = None) -> DictReplayBufferSamples:
+        """Draw ``batch_size`` transitions, a fraction k/(k+1) of them with hindsight goals.
+
+        With prioritized replay, a relabeled transition shares its stored transition's priority.
+        """
+        return super().sample(batch_size, env, beta=beta)
+
+    def _prioritized_storage(self) -> EpisodeStorage:
+        return self.storage if self.online_sampling else self.relabeled
 
     def __len__(self) -> int:
         if not self.online_sampling:

@@ -61,6 +61,12 @@ class ReplayBuffer:
         handle_timeout_termination: treat ``TimeLimit.truncated`` as truncation (bootstrap through
             it) rather than termination.
         seed: seed of the buffer's own random generator (sampling is reproducible from it).
+        prioritized: proportional prioritized replay (Schaul et al. 2015): transitions are drawn
+            with probability p^alpha / sum p^alpha; batches carry importance ``weights`` and the
+            ``indexes`` to pass to :meth:`update_priorities`.
+        alpha: how much prioritization is used (0 is uniform).
+        beta: importance-sampling exponent, the default for ``sample``; anneal it towards 1 by
+            setting ``buffer.beta`` (or pass ``beta=`` to ``sample``).
     """
 
     samples_class: type = ReplayBufferSamples
@@ -76,6 +82,9 @@ class ReplayBuffer:
         handle_timeout_termination: bool = True,
         *,
         seed: int | None = None,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        beta: float = 0.4,
     ) -> None:
         if int(buffer_size) != buffer_size or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
@@ -97,6 +106,11 @@ class ReplayBuffer:
         self._action_shape = (self.n_envs, *self._action_spec.shape)
         self._obs_shapes = {k: (self.n_envs, *spec.shape) for k, spec in self._state_specs.items()}
         self._no_flags = np.zeros(self.n_envs, dtype=bool)
+        self.prioritized = bool(prioritized)
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        if self.prioritized:
+            self._attach_priorities(self.storage)
         self._stores_infos = False  # subclasses that keep info entries set this
         self._on_episode_end = None  # called after an add that ended an episode, when set
 
@@ -245,20 +259,56 @@ class ReplayBuffer:
         return out
 
     # ------------------------------------------------------------------ sampling
-    def sample(self, batch_size: int, env: Any = None) -> ReplayBufferSamples | DictReplayBufferSamples:
-        """Draw ``batch_size`` transitions uniformly (with replacement) as tensors on ``device``.
+    def sample(self, batch_size: int, env: Any = None, *, beta: float | None = None) -> ReplayBufferSamples | DictReplayBufferSamples:
+        """Draw ``batch_size`` transitions (with replacement) as tensors on ``device``.
 
+        Uniformly, or by priority with ``prioritized=True`` (then ``beta`` overrides ``self.beta``).
         ``env`` may be an SB3 ``VecNormalize`` (anything with ``normalize_obs`` and
         ``normalize_reward``), applied to the batch as SB3 does.
         """
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        return self._to_samples(*self._sample_arrays(int(batch_size)), env=env)
+        arrays, storage, flat = self._sample_arrays(int(batch_size))
+        samples = self._to_samples(*arrays, env=env)
+        if not self.prioritized:
+            return samples
+        if storage.priorities is None:  # offline HER before its first episode ended: uniform
+            weights, indexes = np.ones(len(flat), np.float32), np.full(len(flat), -1)
+        else:
+            weights = storage.priorities.weights(flat, self.beta if beta is None else beta, storage.n_transitions)
+            indexes = flat
+        return samples._replace(weights=self._to_torch(weights.reshape(-1, 1)), indexes=indexes)
 
     def _sample_arrays(self, batch_size: int):
         storage = self.storage
         flat = storage.sample_flat(batch_size, self.rng)
-        return self._gather(storage, flat)
+        return self._gather(storage, flat), storage, flat
+
+    def _attach_priorities(self, storage: EpisodeStorage) -> None:
+        from herl.buffers.priority import PriorityTree
+
+        storage.priorities = PriorityTree(storage.rows * storage.n_envs, alpha=self.alpha)
+
+    def update_priorities(self, indexes: np.ndarray, priorities: Any) -> None:
+        """Set the priorities of sampled transitions (typically |TD error|); ``indexes`` from the batch.
+
+        A small epsilon is added so that no transition becomes impossible to draw again.
+        """
+        if not self.prioritized:
+            raise ValueError("update_priorities needs a prioritized buffer: construct it with prioritized=True")
+        if isinstance(priorities, torch.Tensor):
+            priorities = priorities.detach().cpu().numpy()
+        indexes = np.asarray(indexes).ravel()
+        priorities = np.abs(np.asarray(priorities, dtype=np.float64).ravel()) + 1e-6
+        if indexes.shape != priorities.shape:
+            raise ValueError(f"got {indexes.size} indexes but {priorities.size} priorities: pass one per sampled transition")
+        known = indexes >= 0
+        tree = self._prioritized_storage().priorities
+        if tree is not None:
+            tree.update(indexes[known], priorities[known])
+
+    def _prioritized_storage(self) -> EpisodeStorage:
+        return self.storage
 
     def _gather(self, storage: EpisodeStorage, flat: np.ndarray):
         """Copies of the stored fields at ``flat``: editing them never touches the storage."""
@@ -312,6 +362,9 @@ class ReplayBuffer:
             "n_envs": self.n_envs,
             "optimize_memory_usage": self.optimize_memory_usage,
             "handle_timeout_termination": self.handle_timeout_termination,
+            "prioritized": self.prioritized,
+            "alpha": self.alpha,
+            "beta": self.beta,
         }
 
     def _storages(self) -> dict[str, EpisodeStorage]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 TensorDict = dict[str, torch.Tensor]
@@ -18,6 +19,10 @@ class ReplayBufferSamples(NamedTuple):
     dones: torch.Tensor
     rewards: torch.Tensor
     discounts: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
+    """Prioritized replay: importance-sampling weights in (0, 1], shaped (batch, 1)."""
+    indexes: np.ndarray | None = None
+    """Prioritized replay: the stored slots, for ``update_priorities``."""
 
 
 class DictReplayBufferSamples(NamedTuple):
@@ -29,3 +34,5 @@ class DictReplayBufferSamples(NamedTuple):
     dones: torch.Tensor
     rewards: torch.Tensor
     discounts: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
+    indexes: np.ndarray | None = None

@@ -118,6 +118,7 @@ class EpisodeStorage:
         self._row = 0  # the common row while in lockstep
         self.lockstep = True
         self._envs = np.arange(n_envs)
+        self.priorities = None  # a PriorityTree over flat rows, for prioritized replay
 
     # ------------------------------------------------------------------ layout
     def _field_specs(self) -> dict[tuple[str, str], FieldSpec]:
@@ -262,6 +263,8 @@ class EpisodeStorage:
         for k in self._transition_names:
             flat_transitions[k][at] = transitions[k]
         self._flat_is_transition[at] = True
+        if self.priorities is not None:
+            self.priorities.add_many(np.arange(at.start, at.stop) if isinstance(at, slice) else at)
         self.n_adds += 1
         self.n_transitions += self.n_envs
         if self.lockstep:
@@ -317,6 +320,8 @@ class EpisodeStorage:
             span = (row + np.arange(length + self.share_states)) % self.rows
             self.is_transition[span, env] = False
             self.ep_len[span, env] = 0
+            if self.priorities is not None:
+                self.priorities.remove(span[:length] * self.n_envs + env)
             for k in self.end_fields:
                 self.transitions[k][span[length - 1], env] = 0
             self.head[row, env] = False
@@ -383,6 +388,8 @@ class EpisodeStorage:
             self.transitions[k][rows, 0] = v
         self.ep_start[rows, 0] = rows
         self.ep_len[rows, 0] = 1
+        if self.priorities is not None:
+            self.priorities.add_many(rows)
         self.is_transition[rows, 0] = True
         self.n_transitions += n
         self._row = int((self._row + n) % self.rows)
@@ -399,6 +406,8 @@ class EpisodeStorage:
         self.n_starting = self.n_envs
         self.n_transitions = 0
         self.window = 0
+        if self.priorities is not None:
+            self.priorities.clear()
         for k in self.end_fields:
             self.transitions[k][:] = 0
         self._set_pos(np.zeros(self.n_envs, dtype=np.int64))
@@ -412,6 +421,8 @@ class EpisodeStorage:
         so accepted ones are uniform over the valid transitions. The acceptance rate is known from
         the counters, and a partly overwritten episode or the open ones cost only a few rejections.
         """
+        if self.priorities is not None and not complete_only:
+            return self.priorities.sample(n, rng)
         n_valid = self.n_transitions - (self.n_open if complete_only else 0)
         if n_valid <= 0:
             raise ValueError(
@@ -475,6 +486,8 @@ class EpisodeStorage:
             open_start=self.open_start, open_began=self.open_began, pos=self.pos,
             counters=np.array([self.n_adds, self.n_starting, self.window], dtype=np.int64),
         )
+        if self.priorities is not None:
+            out.update({f"priority/{k}": v for k, v in self.priorities.state().items()})
         return out
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
@@ -489,10 +502,12 @@ class EpisodeStorage:
                     f"saved array {name!r} has shape {source.shape} and dtype {source.dtype}, expected "
                     f"{target.shape} and {target.dtype}: the file does not match the buffer's configuration"
                 )
-            if name not in ("pos", "counters"):
+            if name not in ("pos", "counters") and not name.startswith("priority/"):
                 target[...] = source
         self.n_adds, self.n_starting, self.window = (int(x) for x in arrays["counters"])
         self._set_pos(arrays["pos"].copy())
         self.heads[:] = self.head.sum(axis=1)
+        if self.priorities is not None:
+            self.priorities.restore({k[len("priority/"):]: v for k, v in arrays.items() if k.startswith("priority/")})
         self.n_transitions = int(self.is_transition.sum())
         self._set_min_began()
