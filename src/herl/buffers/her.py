@@ -72,6 +72,10 @@ class HerReplayBuffer(ReplayBuffer):
             (defaults to the env's time limit when known, else 10,000).
         info_keys: which info entries to store with ``copy_info_dict`` (default: every numeric one
             seen at the first ``add``).
+        reward_context: stored fields added to the ``info`` that ``compute_reward`` receives, for
+            rewards that depend on more than the goals (cpprb's ``reward_func(next_state, action,
+            goal)``): any of "action", "observation" and "next_observation" (and "next_<key>" /
+            "<key>" for other observation keys). Gathered at relabeling time, never stored twice.
         seed: seed of the buffer's generator.
 
     Sampling from an episode that is still running is allowed: its goals come from the part that is
@@ -100,6 +104,7 @@ class HerReplayBuffer(ReplayBuffer):
         online_sampling: bool = True,
         max_episode_length: int | None = None,
         info_keys: list[str] | None = None,
+        reward_context: tuple[str, ...] = (),
         seed: int | None = None,
         prioritized: bool = False,
         alpha: float = 0.6,
@@ -114,6 +119,11 @@ class HerReplayBuffer(ReplayBuffer):
         self.copy_info_dict = bool(copy_info_dict)
         self.online_sampling = bool(online_sampling)
         self.info_keys = list(info_keys) if info_keys is not None else None
+        self.reward_context = tuple(reward_context)
+        known = {"action"} | {f"{p}{k}" for k in observation_space.spaces for p in ("", "next_")}
+        unknown = [name for name in self.reward_context if name not in known]
+        if unknown:
+            raise ValueError(f"unknown reward_context field(s) {unknown}: choose from {sorted(known)}")
         self.env = env
         self.max_episode_length = max_episode_length or _time_limit(env) or DEFAULT_MAX_EPISODE_LENGTH
         self._user_compute_reward = compute_reward
@@ -164,7 +174,11 @@ class HerReplayBuffer(ReplayBuffer):
 
     def _probe_info(self) -> dict[str, np.ndarray]:
         fields = self.storage.transition_fields
-        return {k[len(INFO_PREFIX):]: np.zeros((2, *s.shape), s.dtype) for k, s in fields.items() if k.startswith(INFO_PREFIX)}
+        info = {k[len(INFO_PREFIX):]: np.zeros((2, *s.shape), s.dtype) for k, s in fields.items() if k.startswith(INFO_PREFIX)}
+        for name in self.reward_context:
+            spec = fields["action"] if name == "action" else self.storage.state_fields[name.removeprefix("next_")]
+            info[name] = np.zeros((2, *spec.shape), spec.dtype)
+        return info
 
     def set_env(self, env: Any) -> None:
         """Use ``env``'s goal functions from now on (explicit compute_reward/compute_terminated still win)."""
@@ -248,6 +262,13 @@ class HerReplayBuffer(ReplayBuffer):
         next_obs["desired_goal"][rows] = goals
         achieved = next_obs["achieved_goal"][rows]
         info = {name[len(INFO_PREFIX):]: storage.field("t", name, flat) for name in self._info_specs}
+        for name in self.reward_context:
+            if name == "action":
+                info[name] = storage.field("t", "action", flat)
+            elif name.startswith("next_"):
+                info[name] = next_obs[name[len("next_"):]][rows]
+            else:
+                info[name] = obs[name][rows]
         # one call per batch, goals by keyword (see goal_functions.bind_goal_function)
         rewards[rows] = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
         if self._compute_terminated is not None:
@@ -288,6 +309,7 @@ class HerReplayBuffer(ReplayBuffer):
             "online_sampling": self.online_sampling,
             "max_episode_length": self.max_episode_length,
             "info_keys": self.info_keys,
+            "reward_context": list(self.reward_context),
         }
 
     def _storages(self) -> dict[str, EpisodeStorage]:
