@@ -1,0 +1,54 @@
+"""The batched twin critic computes what two MLPs compute; the normalizer's statistics are right."""
+
+from __future__ import annotations
+
+import torch
+
+from herl.nn import MLP, EnsembleMLP, RunningNormalizer, SquashedGaussianActor
+
+
+def test_ensemble_equals_separate_mlps():
+    g = torch.Generator().manual_seed(0)
+    ensemble = EnsembleMLP(7, 1, [16, 8], n_members=2, generator=g)
+    members = [MLP(7, 1, [16, 8], generator=g) for _ in range(2)]
+    for i, mlp in enumerate(members):
+        ensemble.load_member_(i, mlp)
+    x = torch.randn(5, 7)
+    out = ensemble(x)
+    assert out.shape == (2, 5, 1)
+    for i, mlp in enumerate(members):
+        torch.testing.assert_close(out[i], mlp(x))
+
+
+def test_detached_params_pass_gradients_to_inputs_only():
+    ensemble = EnsembleMLP(3, 1, [4], n_members=2)
+    x = torch.randn(6, 3, requires_grad=True)
+    ensemble(x, detach_params=True).sum().backward()
+    assert x.grad is not None
+    assert all(p.grad is None for p in ensemble.parameters())
+
+
+def test_normalizer_matches_batch_statistics_and_clips():
+    norm = RunningNormalizer(2, clip_range=3.0)
+    data = torch.randn(1000, 2) * torch.tensor([2.0, 0.5]) + torch.tensor([1.0, -3.0])
+    norm.update(data[:400])
+    norm.update(data[400:])
+    torch.testing.assert_close(norm.mean, data.mean(0), atol=1e-5, rtol=0)
+    torch.testing.assert_close(norm.std, data.std(0, unbiased=False), atol=1e-5, rtol=0)
+    assert norm(torch.tensor([[1e6, -1e6]])).tolist() == [[3.0, -3.0]]
+    constant = RunningNormalizer(1)
+    constant.update(torch.ones(10, 1))
+    assert torch.isfinite(constant(torch.ones(1, 1))).all()  # std floored at eps, no division by ~0
+
+
+def test_squashed_gaussian_log_prob_matches_torch_distributions():
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(4, 2, [8])
+    x, noise = torch.randn(64, 4), torch.randn(64, 2)
+    actions, log_prob = actor(x, noise)
+    mean, log_std = actor.net(x).chunk(2, -1)
+    dist = torch.distributions.Normal(mean, log_std.clamp(-20, 2).exp())
+    u = mean + log_std.clamp(-20, 2).exp() * noise
+    expected = (dist.log_prob(u) - torch.log1p(-torch.tanh(u).square())).sum(-1, keepdim=True)
+    torch.testing.assert_close(actions, torch.tanh(u))
+    torch.testing.assert_close(log_prob, expected, atol=1e-4, rtol=1e-4)
