@@ -226,7 +226,8 @@ class ReplayBuffer:
             return value
         if self.n_envs == 1 and value.shape == shape:
             return value.reshape(expected)
-        if shape == (1,) and value.shape == (self.n_envs,):  # discrete actions/observations as a flat vector
+        if shape == (1,) and value.ndim <= 1 and value.size == self.n_envs:
+            # discrete actions/observations as a flat vector, or one bare integer for one env
             return value.reshape(expected)
         raise ValueError(
             f"{name} has shape {value.shape}, expected {expected} (n_envs={self.n_envs} first, then the "

@@ -1,0 +1,312 @@
+"""Stable-Baselines (SB2) HER interface on herl's engine and algorithms.
+
+SB2 users wrote ``HER("MlpPolicy", env, DQN, n_sampled_goal=4, goal_selection_strategy="future")``
+and, for their own loops, wrapped a goal env in ``HERGoalEnvWrapper`` and a replay buffer in
+``HindsightExperienceReplayWrapper``. The same calls work here, as thin layers over
+:class:`herl.HerReplayBuffer` and herl's DQN, DDPG, TD3 and SAC, with what hurt SB2 users fixed:
+``predict`` takes dict observations directly (no env needed to load and act), and envs speak
+gymnasium's five-tuple step API.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from herl.buffers import HerReplayBuffer, ReplayBuffer
+from herl.buffers.her import GOAL_KEYS, check_goal_space
+from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy
+
+__all__ = ["HER", "HERGoalEnvWrapper", "HindsightExperienceReplayWrapper", "GoalSelectionStrategy"]
+
+
+class HERGoalEnvWrapper(gym.ObservationWrapper):
+    """A goal env seen through one flat observation: ``[observation, achieved_goal, desired_goal]``.
+
+    For algorithms and loops that take flat vectors. ``compute_reward`` still works on goals;
+    :meth:`convert_obs_to_dict` undoes the flattening.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        check_goal_space(env.observation_space)
+        subspaces = [env.observation_space[k] for k in GOAL_KEYS]
+        self.spaces = subspaces
+        self._sizes = [int(np.prod(s.shape)) for s in subspaces]
+        self._shapes = [s.shape for s in subspaces]
+        self._splits = np.cumsum(self._sizes)[:-1]
+        if all(isinstance(s, spaces.MultiBinary) for s in subspaces):
+            self.observation_space = spaces.MultiBinary(sum(self._sizes))
+        elif all(isinstance(s, spaces.Box) for s in subspaces):
+            low = np.concatenate([np.broadcast_to(s.low, s.shape).ravel() for s in subspaces])
+            high = np.concatenate([np.broadcast_to(s.high, s.shape).ravel() for s in subspaces])
+            dtype = np.result_type(*(s.dtype for s in subspaces))
+            self.observation_space = spaces.Box(low.astype(dtype), high.astype(dtype), dtype=dtype)
+        else:
+            raise ValueError(
+                "HERGoalEnvWrapper flattens Box or MultiBinary goal spaces of one kind; this env mixes "
+                f"{[type(s).__name__ for s in subspaces]}: use the dict observations directly (herl's algorithms take them)"
+            )
+
+    def observation(self, observation: Mapping[str, np.ndarray]) -> np.ndarray:
+        return self.convert_dict_to_obs(observation)
+
+    def convert_dict_to_obs(self, obs_dict: Mapping[str, np.ndarray]) -> np.ndarray:
+        """One observation (or a batch with a leading axis) as a flat vector."""
+        parts = [np.asarray(obs_dict[k]) for k in GOAL_KEYS]
+        batched = parts[0].ndim > len(self._shapes[0])
+        if batched:
+            return np.concatenate([p.reshape(p.shape[0], -1) for p in parts], axis=1)
+        return np.concatenate([p.ravel() for p in parts])
+
+    def convert_obs_to_dict(self, observations: np.ndarray) -> OrderedDict:
+        """Inverse of :meth:`convert_dict_to_obs` (one vector or a batch)."""
+        observations = np.asarray(observations)
+        pieces = np.split(observations, self._splits, axis=-1)
+        lead = observations.shape[:-1]
+        return OrderedDict(
+            (k, piece.reshape(*lead, *shape).astype(space.dtype, copy=False))
+            for k, piece, shape, space in zip(GOAL_KEYS, pieces, self._shapes, self.spaces)
+        )
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return self.env.unwrapped.compute_reward(achieved_goal, desired_goal, info)
+
+
+class HindsightExperienceReplayWrapper:
+    """SB2's replay wrapper: ``add`` transitions with flat observations, relabeled when an episode ends.
+
+    ``replay_buffer`` gives the capacity (a herl :class:`~herl.ReplayBuffer`, whose size is used, or
+    an int); the transitions live in a :class:`~herl.HerReplayBuffer` relabeling offline, as SB2 did.
+    ``wrapped_env`` is the :class:`HERGoalEnvWrapper` whose flattening the observations use.
+    """
+
+    def __init__(self, replay_buffer: ReplayBuffer | int, n_sampled_goal: int,
+                 goal_selection_strategy: GoalSelectionStrategy | str, wrapped_env: HERGoalEnvWrapper,
+                 *, seed: int | None = None) -> None:
+        if not isinstance(wrapped_env, HERGoalEnvWrapper):
+            raise TypeError("wrapped_env must be a HERGoalEnvWrapper: wrap the goal env with HERGoalEnvWrapper(env)")
+        size = replay_buffer.buffer_size * replay_buffer.n_envs if isinstance(replay_buffer, ReplayBuffer) else int(replay_buffer)
+        self.env = wrapped_env
+        self.n_sampled_goal = n_sampled_goal
+        self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
+        self.buffer = HerReplayBuffer(
+            size, wrapped_env.env.observation_space, wrapped_env.action_space, env=wrapped_env.env, device="cpu",
+            n_sampled_goal=n_sampled_goal, goal_selection_strategy=self.goal_selection_strategy,
+            online_sampling=False, max_episode_length=_time_limit(wrapped_env), seed=seed,
+        )
+
+    def add(self, obs_t: np.ndarray, action: Any, reward: float, obs_tp1: np.ndarray, done: bool,
+            *, truncated: bool = False) -> None:
+        """Store one transition. ``done`` ends the episode (and triggers relabeling); pass
+        ``truncated=True`` too when it ended on a time limit, so that its value is bootstrapped."""
+        ended = bool(done)
+        self.buffer.add(
+            self.env.convert_obs_to_dict(obs_t), self.env.convert_obs_to_dict(obs_tp1), np.asarray(action),
+            np.float32(reward), terminated=ended and not truncated, truncated=ended and bool(truncated),
+        )
+
+    def can_sample(self, n_samples: int) -> bool:
+        """Whether ``n_samples`` relabeled transitions are stored (sampling is with replacement, as SB2)."""
+        return len(self) >= n_samples
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def sample(self, batch_size: int) -> tuple[np.ndarray, ...]:
+        """SB2's batch: ``(obs_t, actions, rewards, obs_tp1, dones)`` as NumPy arrays, observations flat."""
+        batch = self.buffer.sample(batch_size)
+        flat = self.env.convert_dict_to_obs
+        obs = flat({k: v.numpy() for k, v in batch.observations.items()})
+        next_obs = flat({k: v.numpy() for k, v in batch.next_observations.items()})
+        return obs, batch.actions.numpy(), batch.rewards.numpy().ravel(), next_obs, batch.dones.numpy().ravel()
+
+
+class HER:
+    """SB2's HER model wrapper: ``HER(policy, env, model_class, n_sampled_goal=4, goal_selection_strategy="future", **kwargs)``.
+
+    ``model_class`` is herl's DQN, DDPG, TD3 or SAC; other keyword arguments go to it. The model
+    learns with a :class:`~herl.HerReplayBuffer` (online relabeling by default; pass
+    ``online_sampling=False`` for SB2's relabel-at-episode-end).
+    """
+
+    def __init__(self, policy: str, env: Any, model_class: type, n_sampled_goal: int = 4,
+                 goal_selection_strategy: GoalSelectionStrategy | str = "future", *args: Any, **kwargs: Any) -> None:
+        from herl.algorithms import ALGORITHMS
+
+        if getattr(model_class, "__name__", None) not in ALGORITHMS or ALGORITHMS[model_class.__name__] is not model_class:
+            raise ValueError(f"model_class must be one of herl's {sorted(ALGORITHMS)}, got {model_class!r}")
+        if args:
+            raise TypeError("pass the model's arguments by keyword (HER forwards **kwargs to model_class)")
+        self.model_class = model_class
+        self.n_sampled_goal = n_sampled_goal
+        self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
+        buffer_kwargs = {"n_sampled_goal": n_sampled_goal, "goal_selection_strategy": self.goal_selection_strategy.name.lower()}
+        if "online_sampling" in kwargs:
+            buffer_kwargs["online_sampling"] = kwargs.pop("online_sampling")
+        buffer_kwargs.update(kwargs.pop("replay_buffer_kwargs", None) or {})
+        self.policy = policy
+        self.model = model_class(policy, _unwrap_flat(env), replay_buffer_class=HerReplayBuffer,
+                                 replay_buffer_kwargs=buffer_kwargs, **kwargs)
+
+    # ------------------------------------------------------------------ SB2 methods
+    def setup_model(self) -> None:
+        """SB2 built its TensorFlow graph here; herl's model is ready at construction, so this does nothing."""
+
+    def get_env(self) -> Any:
+        return self.model.get_env()
+
+    def set_env(self, env: Any) -> None:
+        self.model.set_env(_unwrap_flat(env))
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 100, tb_log_name: str = "HER",
+              reset_num_timesteps: bool = True) -> HER:
+        """Train; ``callback`` may be a herl/SB3 callback or SB2's ``callback(locals_, globals_) -> bool``."""
+        self.model.learn(total_timesteps, callback=callback, log_interval=log_interval, tb_log_name=tb_log_name,
+                         reset_num_timesteps=reset_num_timesteps)
+        return self
+
+    def predict(self, observation: Any, state: Any = None, mask: Any = None, deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """Action for a dict observation (or a batch), or for a flat one from :class:`HERGoalEnvWrapper`."""
+        return self.model.predict(self._as_dict(observation), state, deterministic=deterministic)
+
+    def action_probability(self, observation: Any, state: Any = None, mask: Any = None, actions: Any = None,
+                           logp: bool = False) -> Any:
+        """The policy's distribution at ``observation`` (SB2's semantics).
+
+        * DQN (Discrete): probabilities of each action, a softmax over the Q-values (as SB2's DQN).
+        * SAC (Box): ``[mean, std]`` of the Gaussian *before* the tanh squashing, in the policy's
+          [-1, 1] scale; with ``actions``, the density of those actions under the squashed policy.
+        * DDPG and TD3 (Box, deterministic): ``[mean, std]`` with mean the action and std the
+          exploration noise's scale (0 without noise); they have no density, so ``actions`` is refused.
+
+        ``actions`` given: the probability (mass or density) of each, or its log with ``logp=True``.
+        """
+        model = self.model
+        obs = self._as_dict(observation)
+        batched = model._is_batch(obs)
+        if not batched:
+            obs = {k: np.asarray(v)[None] for k, v in obs.items()}
+        with torch.no_grad():
+            x = model.encoder.normalize(model.encoder.flatten_numpy(obs, model.device))
+            result = self._distribution(x, actions, batched)
+        if actions is not None and not logp:
+            result = np.exp(result)
+        if isinstance(result, list):
+            return result if batched else [r[0] for r in result]
+        return result if batched else result[0]
+
+    def _distribution(self, x: torch.Tensor, actions: Any, batched: bool) -> Any:
+        model, name = self.model, self.model_class.__name__
+        if name == "DQN":
+            log_probs = torch.log_softmax(model.q_net(x), dim=1).cpu().numpy()
+            if actions is None:
+                return np.exp(log_probs)
+            chosen = np.asarray(actions, dtype=np.int64).reshape(len(log_probs), -1)[:, 0]
+            return log_probs[np.arange(len(log_probs)), chosen]
+        if name == "SAC":
+            from herl.nn.policies import LOG_STD_MAX, LOG_STD_MIN
+
+            mean, log_std = model.actor.net(x).chunk(2, dim=-1)
+            log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+            if actions is None:
+                return [mean.cpu().numpy(), log_std.exp().cpu().numpy()]
+            scaled = torch.as_tensor(self._to_policy_scale(actions), dtype=mean.dtype, device=mean.device).reshape(mean.shape)
+            scaled = scaled.clamp(-1 + 1e-6, 1 - 1e-6)
+            pre_tanh = torch.atanh(scaled)
+            gaussian = -0.5 * ((pre_tanh - mean) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)
+            return (gaussian - torch.log1p(-scaled.square())).sum(dim=-1).cpu().numpy()
+        if actions is not None:
+            raise ValueError(f"{name} is a deterministic policy: its actions have no probability density")
+        mean = model.actor(x).cpu().numpy()
+        sigma = getattr(model.action_noise, "sigma", None)
+        std = np.broadcast_to(np.asarray(sigma if sigma is not None else 0.0, dtype=np.float32), mean.shape).copy()
+        return [mean, std]
+
+    def _to_policy_scale(self, actions: Any) -> np.ndarray:
+        space = self.model.action_space
+        return 2.0 * (np.asarray(actions, dtype=np.float64) - space.low) / (space.high - space.low) - 1.0
+
+    def _as_dict(self, observation: Any) -> Any:
+        """Flat observations from HERGoalEnvWrapper are split back into the goal-env dict."""
+        if isinstance(observation, Mapping):
+            return observation
+        env = self.get_env()
+        wrapper = _find_flat_wrapper(env) if env is not None else None
+        if wrapper is None:
+            wrapper = _FlatLayout(self.model.observation_space)
+        return wrapper.convert_obs_to_dict(observation)
+
+    def get_parameter_list(self) -> list[torch.Tensor]:
+        """Every parameter that defines the model (networks and normalizer statistics)."""
+        return [t for module in self.model.nets.values() for t in module.state_dict().values()]
+
+    def get_parameters(self) -> dict[str, Any]:
+        return self.model.get_parameters()
+
+    def save(self, save_path: str | os.PathLike, cloudpickle: bool = False) -> None:
+        """Write the model; the file records the algorithm and the HER settings (never pickle: ``cloudpickle`` must stay False)."""
+        if cloudpickle:
+            raise ValueError("herl never writes pickle files: save without cloudpickle=True")
+        self.model.save(save_path)
+
+    @classmethod
+    def load(cls, load_path: str | os.PathLike, env: Any = None, custom_objects: Mapping[str, Any] | None = None,
+             **kwargs: Any) -> HER:
+        """Read a HER model; without ``env`` it predicts from dict observations."""
+        from herl.training.base import OffPolicyAlgorithm
+
+        model = OffPolicyAlgorithm.load(load_path, env=_unwrap_flat(env) if env is not None else None,
+                                        custom_objects=custom_objects, **kwargs)
+        if not issubclass(model.replay_buffer_class, HerReplayBuffer):
+            raise ValueError(f"{load_path} holds a {type(model).__name__} without HER: load it with {type(model).__name__}.load")
+        her = cls.__new__(cls)
+        her.model, her.model_class, her.policy = model, type(model), model.policy
+        her.n_sampled_goal = model.replay_buffer_kwargs.get("n_sampled_goal", 4)
+        her.goal_selection_strategy = parse_strategy(model.replay_buffer_kwargs.get("goal_selection_strategy", "future"))
+        return her
+
+    def __getattr__(self, name: str) -> Any:
+        # anything else (num_timesteps, replay_buffer, logger, ...) is the wrapped model's
+        if name == "model":
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+
+class _FlatLayout:
+    """HERGoalEnvWrapper's split, from a dict space alone (for a model loaded without an env)."""
+
+    def __init__(self, observation_space: spaces.Dict) -> None:
+        self.spaces = [observation_space[k] for k in GOAL_KEYS]
+        self._shapes = [s.shape for s in self.spaces]
+        self._splits = np.cumsum([int(np.prod(s)) for s in self._shapes])[:-1]
+
+    convert_obs_to_dict = HERGoalEnvWrapper.convert_obs_to_dict
+
+
+def _find_flat_wrapper(env: Any) -> HERGoalEnvWrapper | None:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, HERGoalEnvWrapper):
+            return env
+        env = env.env
+    return None
+
+
+def _unwrap_flat(env: Any) -> Any:
+    """herl's algorithms take the goal env's dict observations, so a HERGoalEnvWrapper is looked through."""
+    wrapper = _find_flat_wrapper(env)
+    return wrapper.env if wrapper is not None else env
+
+
+def _time_limit(env: Any) -> int | None:
+    spec = getattr(env, "spec", None)
+    limit = getattr(spec, "max_episode_steps", None)
+    return int(limit) if limit else getattr(env.unwrapped, "max_steps", None)
