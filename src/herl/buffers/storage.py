@@ -269,8 +269,8 @@ class EpisodeStorage:
         self.n_transitions += self.n_envs
         if self.lockstep:
             self._row = nxt
-            if self.window < rows_per_env:
-                self.window = max(self.window, row + 1 + share)
+            if self.window < rows_per_env:  # the shared layout's next state may wrap to row 0
+                self.window = min(max(self.window, row + 1 + share), rows_per_env)
         else:
             self._pos = nxt
             self.window = min(max(self.window, int(rows.max()) + 1 + share), rows_per_env)

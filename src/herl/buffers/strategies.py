@@ -51,9 +51,9 @@ def uniform_integers(rng: np.random.Generator, low: np.ndarray | int, high: np.n
     bug that halves the end points' probability, which a peer library shipped. It costs about half of
     ``Generator.integers`` with array bounds, which shows in the sampler's budget.
     """
-    if size is None:
-        size = np.shape(low) or np.shape(high)
-    return low + (rng.random(size) * (np.subtract(high, low))).astype(np.int64)
+    span = high - low
+    u = rng.random(len(span) if size is None else size)
+    return low + (u * span).astype(np.int64)
 
 
 def sample_goal_offsets(
