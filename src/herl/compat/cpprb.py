@@ -1,0 +1,326 @@
+"""cpprb's ``HindsightReplayBuffer`` on herl's HER engine.
+
+cpprb users write ``from cpprb import HindsightReplayBuffer``; here it is
+``from herl.compat.cpprb import HindsightReplayBuffer`` with the same constructor and calls:
+``add(**transition)`` stages the running episode, ``on_episode_end(goal)`` relabels it and moves it
+into the main store, ``sample(batch_size, beta)`` returns a dict of NumPy arrays.
+
+This class only translates. cpprb's flat state becomes the engine's goal-env observation
+(``observation`` = state, ``achieved_goal`` = ``goal_func(state)``, ``desired_goal`` = the goal given at
+episode end) and its ``reward_func(next_state, action, goal)`` becomes the engine's
+``compute_reward`` with the next state and action passed in ``info`` (``reward_context``). Relabeling
+at episode end with k stored copies is the engine's ``online_sampling=False`` mode, and prioritized
+replay is the engine's sum tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from herl.buffers import HerReplayBuffer
+
+# Engine observation keys for extra env_dict entries (e.g. "done"): prefixed so that a user's key
+# can never collide with the goal-env keys. See _extra_key.
+_EXTRA_PREFIX = "cpprb:"
+# cpprb's keyword arguments that herl honours, with cpprb's defaults.
+_PER_DEFAULTS = {"alpha": 0.6, "eps": 1e-4}
+# What cpprb offers that has no meaning (or no equivalent yet) here, and what to do instead.
+_REJECTED = {
+    "next_of": "herl stores next states itself; list next_obs in env_dict as usual",
+    "stack_compress": "frame-stack compression is not supported; store the stacked frames",
+    "Nstep": "N-step returns are not supported by the HER buffer; compute them from sampled episodes",
+    "mmap_prefix": "memory-mapped storage is not supported; use herl's save()/load() of the engine for persistence",
+    "check_for_update": "multiprocess priority checking is not supported (update priorities from the sampling process)",
+}
+# The engine adds this floor to every priority it is given (herl.buffers.replay.update_priorities).
+_ENGINE_PRIORITY_FLOOR = 1e-6
+
+
+def _extra_key(name: str) -> str:
+    return _EXTRA_PREFIX + name
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """cpprb's shape convention: an int n means (n,), and the default is (1,)."""
+    if value is None:
+        return (1,)
+    return tuple(int(n) for n in np.atleast_1d(value))
+
+
+def _box(shape: tuple[int, ...], dtype: np.dtype) -> spaces.Box:
+    """A Box that only carries a stored field's shape and dtype to the engine (bounds are unused)."""
+    if dtype.kind == "b":
+        return spaces.Box(0, 1, shape, dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return spaces.Box(info.min, info.max, shape, dtype)
+    return spaces.Box(-np.inf, np.inf, shape, dtype)
+
+
+class HindsightReplayBuffer:
+    """Hindsight Experience Replay with cpprb's interface, relabeling once per episode.
+
+    Args:
+        size: capacity of the main store in transitions; relabeled copies count, so an episode of T
+            transitions takes (k+1)·T of it.
+        env_dict: the stored fields, ``{name: {"shape": ..., "dtype": ...}}`` as in cpprb (shape
+            defaults to 1, dtype to ``default_dtype``, float32). It must hold ``state``,
+            ``action`` and ``next_state``; other entries (e.g. ``"done"``) are stored and returned
+            as they are. ``"goal"`` and ``"rew"`` are added by the buffer.
+        max_episode_len: the longest episode ``add`` may stage before ``on_episode_end``.
+        reward_func: batched ``reward_func(next_state, action, goal) -> rewards``.
+        goal_func: batched ``goal_func(state) -> goals``; the state itself when None.
+        goal_shape: shape of a goal; the state's shape when None.
+        state, action, next_state: names of those fields in ``env_dict``.
+        strategy: "future", "episode" or "final" (see ``docs/migrating.md`` for "random").
+        additional_goals: k, the relabeled copies stored per transition ("final" stores one).
+        prioritized: proportional prioritized replay (Schaul et al. 2015); ``sample`` then returns
+            ``weights`` and ``indexes``.
+        alpha, eps: cpprb's prioritization exponent and the constant added to priorities,
+            p = (|δ| + eps)^alpha.
+        default_dtype: dtype of the fields whose ``env_dict`` entry names none.
+        seed: herl's addition: the seed of the buffer's generator, for reproducible relabeling and sampling.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        env_dict: Mapping[str, Mapping[str, Any]],
+        max_episode_len: int,
+        reward_func: Callable[[np.ndarray, np.ndarray, np.ndarray], Any],
+        *,
+        goal_func: Callable[[np.ndarray], Any] | None = None,
+        goal_shape: Iterable[int] | int | None = None,
+        state: str = "obs",
+        action: str = "act",
+        next_state: str = "next_obs",
+        strategy: str = "future",
+        additional_goals: int = 4,
+        prioritized: bool = True,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        for name, why in _REJECTED.items():
+            if kwargs.get(name):
+                raise ValueError(f"{name}={kwargs[name]!r} is not supported by herl's HindsightReplayBuffer: {why}")
+            kwargs.pop(name, None)
+        default_dtype = np.dtype(kwargs.pop("default_dtype", None) or np.float32)
+        per = {key: float(kwargs.pop(key, default)) for key, default in _PER_DEFAULTS.items()}
+        if kwargs:
+            raise TypeError(
+                f"unexpected keyword argument(s) {sorted(kwargs)}: herl's HindsightReplayBuffer takes cpprb's "
+                f"alpha, eps and default_dtype (and seed)"
+            )
+        if per["eps"] < _ENGINE_PRIORITY_FLOOR:
+            raise ValueError(f"eps must be >= {_ENGINE_PRIORITY_FLOOR} (herl's floor on priorities), got {per['eps']}")
+        if int(size) != size or size < 1:
+            raise ValueError(f"size must be a positive integer, got {size!r}")
+        if int(max_episode_len) != max_episode_len or max_episode_len < 1:
+            raise ValueError(f"max_episode_len must be a positive integer, got {max_episode_len!r}")
+        if strategy == "random":
+            raise ValueError(
+                "strategy='random' is not available in herl's HindsightReplayBuffer yet: relabeling at episode end "
+                "draws goals from the episode being stored, not from the whole store. Use 'future' (the HER paper's "
+                "best), 'episode' or 'final'"
+            )
+        if strategy not in ("future", "episode", "final"):
+            raise ValueError(f"unknown strategy {strategy!r}: use 'future', 'episode' or 'final'")
+        for role, name in (("state", state), ("action", action), ("next_state", next_state)):
+            if name not in env_dict:
+                raise ValueError(f"env_dict has no {name!r} entry, which {role}={name!r} names: add it or pass {role}=")
+        for reserved in ("rew", "goal"):
+            if reserved in env_dict:
+                raise ValueError(f"env_dict must not contain {reserved!r}: the buffer adds it (as cpprb does)")
+
+        self.fields = {
+            name: (_shape(spec.get("shape")), np.dtype(spec.get("dtype") or default_dtype)) for name, spec in env_dict.items()
+        }
+        if self.fields[state] != self.fields[next_state]:
+            raise ValueError(f"{state!r} is {self.fields[state]} but {next_state!r} is {self.fields[next_state]}: they must match")
+        state_shape, state_dtype = self.fields[state]
+        self.goal_shape = state_shape if goal_shape is None else _shape(goal_shape)
+        self.goal_dtype = state_dtype  # cpprb stores goals with the state's dtype
+        self.reward_dtype = default_dtype
+        self.state, self.action, self.next_state = state, action, next_state
+        self.extras = [name for name in env_dict if name not in (state, action, next_state)]
+        self.reward_func = reward_func
+        self.goal_func = goal_func
+        self.strategy = strategy
+        self.additional_goals = 1 if strategy == "final" else int(additional_goals)
+        self.prioritized = bool(prioritized)
+        self.alpha, self.eps = per["alpha"], per["eps"]
+        self.size = int(size)
+        self.max_episode_len = int(max_episode_len)
+
+        goal_box = _box(self.goal_shape, self.goal_dtype)
+        observation_space = spaces.Dict(
+            {
+                "observation": _box(state_shape, state_dtype),
+                "achieved_goal": goal_box,
+                "desired_goal": goal_box,
+                # Extra fields ride along as observation keys, the one place where the engine both
+                # stores and returns arbitrary fields (see docs/migrating.md, "engine changes").
+                **{_extra_key(name): _box(*self.fields[name]) for name in self.extras},
+            }
+        )
+        try:
+            self._engine = HerReplayBuffer(
+                self.size, observation_space, _box(*self.fields[action]), device="cpu",
+                n_sampled_goal=self.additional_goals, goal_selection_strategy=strategy,
+                compute_reward=self._compute_reward, online_sampling=False, max_episode_length=self.max_episode_len,
+                reward_context=("action", "next_observation"), seed=seed,
+                prioritized=self.prioritized, alpha=self.alpha,
+            )
+        except ValueError as err:
+            if "compute_reward" not in str(err):
+                raise
+            raise ValueError(
+                f"reward_func must be batched: reward_func(next_state, action, goal) with arrays shaped (batch, ...) "
+                f"returns one reward per row ({err})"
+            ) from err
+        # the running episode, as cpprb stages it, until on_episode_end gives its goal
+        self._episode = {name: np.zeros((self.max_episode_len, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
+        self._episode_len = 0
+        self._field_names = self._episode.keys()
+        self._field_sizes = {name: int(np.prod(shape)) for name, (shape, _) in self.fields.items()}
+        self._state_ndim = len(state_shape)
+        self._not_ended, self._ended = np.zeros(1, bool), np.ones(1, bool)
+
+    def _compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: dict[str, np.ndarray]):
+        return self.reward_func(info["next_observation"], info["action"], desired_goal)
+
+    def _goals(self, states: np.ndarray) -> np.ndarray:
+        goals = states if self.goal_func is None else self.goal_func(states)
+        goals = np.asarray(goals, dtype=self.goal_dtype)
+        expected = (len(states), *self.goal_shape)
+        if goals.shape != expected:
+            if goals.size != np.prod(expected):
+                raise ValueError(
+                    f"goal_func returned shape {goals.shape} for {len(states)} states, expected {expected}: goal_func "
+                    "must be batched, and goal_shape must be the shape of one goal"
+                )
+            goals = goals.reshape(expected)
+        return goals
+
+    # ------------------------------------------------------------------ adding
+    def add(self, **kwargs: Any) -> None:
+        """Stage one transition, or a batch of them along a leading axis, of the running episode."""
+        if kwargs.keys() != self._field_names:
+            missing = [name for name in self.fields if name not in kwargs]
+            unknown = [name for name in kwargs if name not in self.fields]
+            raise ValueError(
+                f"add() takes exactly the env_dict fields {list(self.fields)}"
+                + (f"; missing {missing}" if missing else "")
+                + (f"; unknown {unknown}" if unknown else "")
+            )
+        state = kwargs[self.state]
+        n = 1 if np.ndim(state) <= self._state_ndim else len(state)
+        start = self._episode_len
+        if start + n > self.max_episode_len:
+            raise ValueError(
+                f"the episode exceeds max_episode_len={self.max_episode_len}: call on_episode_end(goal) when an "
+                "episode ends, or raise max_episode_len"
+            )
+        episode, sizes = self._episode, self._field_sizes
+        for name, value in kwargs.items():
+            size = value.size if type(value) is np.ndarray else np.size(value)
+            if size != n * sizes[name]:  # assignment alone would broadcast a wrong-sized value silently
+                shape = self.fields[name][0]
+                raise ValueError(
+                    f"{name} has shape {np.shape(value)}; expected {shape} for one transition or ({n}, *{shape}) for {n}"
+                )
+            if n == 1:
+                episode[name][start] = value  # a leading axis of 1, if any, is dropped by numpy
+            else:
+                rows = episode[name][start:start + n]
+                rows[...] = np.reshape(value, rows.shape)
+        self._episode_len = start + n
+
+    def on_episode_end(self, goal: Any) -> None:
+        """End the running episode, whose desired goal was ``goal``: store it once as it happened and
+        ``additional_goals`` times relabeled, so ``get_stored_size()`` grows by (k+1)·T."""
+        length = self._episode_len
+        if length == 0:
+            return
+        self._episode_len = 0
+        episode = {name: values[:length] for name, values in self._episode.items()}
+        states, next_states, actions = episode[self.state], episode[self.next_state], episode[self.action]
+        desired = np.broadcast_to(np.asarray(goal, dtype=self.goal_dtype).reshape(-1, *self.goal_shape), (length, *self.goal_shape))
+        obs = {"observation": states, "achieved_goal": self._goals(states), "desired_goal": desired}
+        next_obs = {"observation": next_states, "achieved_goal": self._goals(next_states), "desired_goal": desired}
+        for name in self.extras:
+            obs[_extra_key(name)] = next_obs[_extra_key(name)] = episode[name]
+        rewards = np.asarray(self.reward_func(next_states, actions, desired), dtype=np.float32).reshape(length)
+        # The engine takes one transition per call; the last one ends the episode, which relabels it
+        # into the main store (engine change wanted: add a whole episode in one call).
+        add, not_ended = self._engine.add, self._not_ended
+        keys = list(obs)
+        for t in range(length):
+            at = slice(t, t + 1)
+            add(
+                {k: obs[k][at] for k in keys}, {k: next_obs[k][at] for k in keys}, actions[at], rewards[at],
+                terminated=not_ended, truncated=self._ended if t == length - 1 else not_ended,
+            )
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int, beta: float = 0.4) -> dict[str, np.ndarray]:
+        """``batch_size`` stored transitions (with replacement) as a dict of arrays: the env_dict
+        fields, ``rew`` and ``goal``, plus ``weights`` and ``indexes`` when prioritized. ``beta``
+        (the importance-sampling exponent) only matters when prioritized."""
+        if self.get_stored_size() == 0:
+            raise ValueError("nothing is stored yet: transitions enter the buffer at on_episode_end(goal)")
+        batch = self._engine.sample(batch_size, beta=beta) if self.prioritized else self._engine.sample(batch_size)
+        obs, next_obs = batch.observations, batch.next_observations
+        out = {}
+        for name in self.fields:
+            if name == self.state:
+                out[name] = obs["observation"].numpy()
+            elif name == self.next_state:
+                out[name] = next_obs["observation"].numpy()
+            elif name == self.action:
+                out[name] = batch.actions.numpy()
+            else:
+                out[name] = obs[_extra_key(name)].numpy()
+        rewards = batch.rewards.numpy()
+        out["rew"] = rewards if rewards.dtype == self.reward_dtype else rewards.astype(self.reward_dtype)
+        out["goal"] = obs["desired_goal"].numpy()
+        if self.prioritized:
+            out["weights"] = batch.weights.numpy().reshape(-1)
+            out["indexes"] = batch.indexes.astype(np.uint64)
+        return out
+
+    def update_priorities(self, indexes: Any, priorities: Any) -> None:
+        """Set the priorities of sampled transitions (usually |TD error|): p = (|priority| + eps)^alpha."""
+        if not self.prioritized:
+            raise ValueError("update_priorities needs prioritization: construct the buffer with prioritized=True")
+        if indexes is None or priorities is None:
+            raise TypeError("update_priorities needs indexes and priorities (from sample()'s 'indexes' and your TD errors)")
+        if isinstance(priorities, torch.Tensor):
+            priorities = priorities.detach().cpu().numpy()
+        # the engine adds its own floor; shift so that the stored priority is |p| + eps as in cpprb
+        shifted = np.abs(np.asarray(priorities, dtype=np.float64)) + (self.eps - _ENGINE_PRIORITY_FLOOR)
+        self._engine.update_priorities(np.asarray(indexes, dtype=np.int64), shifted)
+
+    # ------------------------------------------------------------------ sizes
+    def get_stored_size(self) -> int:
+        """Transitions in the main store (relabeled copies included); the running episode is not counted."""
+        return len(self._engine)
+
+    def get_buffer_size(self) -> int:
+        return self.size
+
+    def clear(self) -> None:
+        """Forget everything, the running episode included."""
+        self._engine.reset()
+        self._engine.relabeled.clear()  # engine change wanted: reset() should clear the relabeled store too
+        self._episode_len = 0
+
+    @property
+    def engine(self) -> HerReplayBuffer:
+        """The herl engine underneath (e.g. for ``save``)."""
+        return self._engine
