@@ -21,7 +21,7 @@ from gymnasium import spaces
 from herl.buffers.goal_functions import bind_goal_function, env_goal_function, probe_vectorized
 from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer
 from herl.buffers.samples import DictReplayBufferSamples
-from herl.buffers.storage import EpisodeStorage, FieldSpec
+from herl.buffers.storage import EpisodeStorage, FieldSpec, to_numpy
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy, relabel_count, sample_goal_offsets
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
@@ -84,6 +84,7 @@ class HerReplayBuffer(ReplayBuffer):
     """
 
     FILE_KIND = "her_replay_buffer"
+    _splits_long_episodes = False  # relabeling needs whole episodes: a too-long one is an error
 
     def __init__(
         self,
@@ -109,6 +110,7 @@ class HerReplayBuffer(ReplayBuffer):
         prioritized: bool = False,
         alpha: float = 0.6,
         beta: float = 0.4,
+        storage_device: torch.device | str | None = None,
     ) -> None:
         check_goal_space(observation_space)
         if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
@@ -133,12 +135,13 @@ class HerReplayBuffer(ReplayBuffer):
         super().__init__(
             buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
             optimize_memory_usage=optimize_memory_usage, handle_timeout_termination=handle_timeout_termination, seed=seed,
-            prioritized=prioritized, alpha=alpha, beta=beta,
+            prioritized=prioritized, alpha=alpha, beta=beta, storage_device=storage_device,
         )
         if not self.online_sampling:
             # Episodes wait in a staging area sized for one episode per env; at their end they are
             # relabeled into the main store, which is flat (each transition its own row).
-            self.storage = self._make_storage(self.max_episode_length + 1, self.n_envs, share_states=False)
+            self.storage = self._make_storage(self.max_episode_length + 1, self.n_envs, share_states=False,
+                                              size_argument="max_episode_length (the longest episode relabeled offline)")
             self.relabeled = self._make_storage(max(int(buffer_size), 1), 1, share_states=False)
             if self.prioritized:  # priorities belong to the store that is sampled
                 self._attach_priorities(self.relabeled)
@@ -261,18 +264,22 @@ class HerReplayBuffer(ReplayBuffer):
         obs["desired_goal"][rows] = goals
         next_obs["desired_goal"][rows] = goals
         achieved = next_obs["achieved_goal"][rows]
-        info = {name[len(INFO_PREFIX):]: storage.field("t", name, flat) for name in self._info_specs}
+        info = {name[len(INFO_PREFIX):]: to_numpy(storage.field("t", name, flat)) for name in self._info_specs}
         for name in self.reward_context:
             if name == "action":
-                info[name] = storage.field("t", "action", flat)
+                info[name] = to_numpy(storage.field("t", "action", flat))
             elif name.startswith("next_"):
-                info[name] = next_obs[name[len("next_"):]][rows]
+                info[name] = to_numpy(next_obs[name[len("next_"):]][rows])
             else:
-                info[name] = obs[name][rows]
-        # one call per batch, goals by keyword (see goal_functions.bind_goal_function)
-        rewards[rows] = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
+                info[name] = to_numpy(obs[name][rows])
+        # one call per batch, goals by keyword (see goal_functions.bind_goal_function); reward
+        # functions get NumPy arrays whatever the storage device
+        achieved, goals = to_numpy(achieved), to_numpy(goals)
+        new_rewards = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
+        rewards[rows] = new_rewards if isinstance(rewards, np.ndarray) else torch.from_numpy(new_rewards).to(rewards.device)
         if self._compute_terminated is not None:
-            terminated[rows] = np.asarray(self._compute_terminated(achieved, goals, info), dtype=bool).reshape(-1)
+            done = np.asarray(self._compute_terminated(achieved, goals, info), dtype=bool).reshape(-1)
+            terminated[rows] = done if isinstance(terminated, np.ndarray) else torch.from_numpy(done).to(terminated.device)
 
     def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
         """Achieved goals to relabel the transitions at ``flat`` with (copies, never views of storage)."""

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,12 +16,19 @@ import torch
 from gymnasium import spaces
 
 from herl.buffers.samples import DictReplayBufferSamples, ReplayBufferSamples
-from herl.buffers.storage import EpisodeStorage, FieldSpec
+from herl.buffers.storage import EpisodeStorage, FieldSpec, TorchEpisodeStorage, to_numpy
 from herl.utils import get_device
 
 # info keys that are episode book-keeping, never inputs of a reward
 _NON_REWARD_INFO_KEYS = frozenset({"TimeLimit.truncated", "terminal_observation", "final_observation", "final_obs",
                                    "final_info", "episode", "_episode"})
+
+
+def _column(values: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """Flags or rewards as a float32 (batch, 1) column, as SB3's batches have them."""
+    if isinstance(values, torch.Tensor):
+        return values.to(torch.float32).reshape(-1, 1)
+    return values.astype(np.float32, copy=False).reshape(-1, 1)
 
 
 def action_spec(action_space: spaces.Space) -> FieldSpec:
@@ -67,9 +75,12 @@ class ReplayBuffer:
         alpha: how much prioritization is used (0 is uniform).
         beta: importance-sampling exponent, the default for ``sample``; anneal it towards 1 by
             setting ``buffer.beta`` (or pass ``beta=`` to ``sample``).
+        storage_device: keep the stored data as torch tensors on this device (e.g. "cuda"), so
+            batches are gathered there with no host copy. None (default) stores NumPy arrays in
+            host memory, the fastest choice for CPU training.
     """
 
-    samples_class: type = ReplayBufferSamples
+    _splits_long_episodes = True  # plain replay: an endless stream overwrites its oldest transitions
 
     def __init__(
         self,
@@ -85,6 +96,7 @@ class ReplayBuffer:
         prioritized: bool = False,
         alpha: float = 0.6,
         beta: float = 0.4,
+        storage_device: torch.device | str | None = None,
     ) -> None:
         if int(buffer_size) != buffer_size or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
@@ -96,6 +108,7 @@ class ReplayBuffer:
         self.handle_timeout_termination = bool(handle_timeout_termination)
         self.buffer_size = max(int(buffer_size) // max(self.n_envs, 1), 1)  # rows per env, as SB3
         self.seed = seed
+        self.storage_device = None if storage_device is None else get_device(storage_device)
         self.rng = np.random.default_rng(seed)
         self._dict_obs = isinstance(observation_space, spaces.Dict)
         self._state_specs = state_specs(observation_space)
@@ -122,14 +135,21 @@ class ReplayBuffer:
             "truncated": FieldSpec((), np.dtype(bool)),
         }
 
-    def _make_storage(self, rows: int, n_envs: int, *, share_states: bool) -> EpisodeStorage:
-        return EpisodeStorage(
+    def _make_storage(self, rows: int, n_envs: int, *, share_states: bool,
+                      size_argument: str = "buffer_size (it is split across n_envs)") -> EpisodeStorage:
+        storage_class, extra = EpisodeStorage, {}
+        if self.storage_device is not None:
+            storage_class, extra = TorchEpisodeStorage, {"device": self.storage_device}
+        return storage_class(
+            **extra,
             rows=rows,
             n_envs=n_envs,
             state_fields=self._state_specs,
             transition_fields=self._transition_specs(),
             share_states=share_states,
             end_fields=("terminated", "truncated"),
+            split_long_episodes=self._splits_long_episodes,
+            size_argument=size_argument,
         )
 
     # ------------------------------------------------------------------ SB3-compatible counters
@@ -191,9 +211,9 @@ class ReplayBuffer:
             done = terminated | truncated
             n_done = None
         if type(reward) is not np.ndarray or reward.shape != self._batch_shape:
-            reward = self._reshape(np.asarray(reward, dtype=np.float32), (), "reward")
+            reward = self._reshape(to_numpy(reward).astype(np.float32, copy=False), (), "reward")
         if type(action) is not np.ndarray or action.shape != self._action_shape:
-            action = self._reshape(np.asarray(action), self._action_spec.shape, "action")
+            action = self._reshape(self._array(action), self._action_spec.shape, "action")
         transitions = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated}
         if self._stores_infos:
             self._add_info_fields(transitions, infos)
@@ -207,7 +227,13 @@ class ReplayBuffer:
     def _flags(self, value: Any, name: str) -> np.ndarray:
         if type(value) is np.ndarray and value.shape == self._batch_shape:
             return value
-        return self._reshape(np.asarray(value), (), name).astype(bool, copy=False)
+        return self._reshape(to_numpy(value), (), name).astype(bool, copy=False)
+
+    def _array(self, value: Any) -> Any:
+        """Tensors stay tensors for a torch storage; everything else becomes a NumPy array."""
+        if self.storage_device is not None and isinstance(value, torch.Tensor):
+            return value
+        return to_numpy(value) if isinstance(value, torch.Tensor) else np.asarray(value)
 
     def _timeouts(self, infos: Any) -> np.ndarray:
         if infos is None:
@@ -226,7 +252,7 @@ class ReplayBuffer:
             return value
         if self.n_envs == 1 and value.shape == shape:
             return value.reshape(expected)
-        if shape == (1,) and value.ndim <= 1 and value.size == self.n_envs:
+        if shape == (1,) and value.ndim <= 1 and math.prod(value.shape) == self.n_envs:
             # discrete actions/observations as a flat vector, or one bare integer for one env
             return value.reshape(expected)
         raise ValueError(
@@ -238,7 +264,7 @@ class ReplayBuffer:
         """Validate one batch of observations; returns a mapping with at least the stored keys."""
         if not self._dict_obs:
             if type(obs) is not np.ndarray or obs.shape != self._obs_shapes["obs"]:
-                obs = self._reshape(np.asarray(obs), self._state_specs["obs"].shape, name)
+                obs = self._reshape(self._array(obs), self._state_specs["obs"].shape, name)
             return {"obs": obs}
         try:
             for key, shape in self._obs_shapes.items():
@@ -256,7 +282,7 @@ class ReplayBuffer:
         for key, spec in self._state_specs.items():
             if key not in obs:
                 raise ValueError(f"{name} lacks the key {key!r}: it must have the keys {sorted(self._state_specs)}")
-            out[key] = self._reshape(np.asarray(obs[key]), spec.shape, f"{name}[{key!r}]")
+            out[key] = self._reshape(self._array(obs[key]), spec.shape, f"{name}[{key!r}]")
         return out
 
     # ------------------------------------------------------------------ sampling
@@ -330,26 +356,22 @@ class ReplayBuffer:
 
     def _to_samples(self, obs, actions, next_obs, terminated, truncated, rewards, *, env: Any = None):
         if env is not None and hasattr(env, "normalize_obs"):
-            obs, next_obs = env.normalize_obs(obs), env.normalize_obs(next_obs)
+            obs = env.normalize_obs({k: to_numpy(v) for k, v in obs.items()})
+            next_obs = env.normalize_obs({k: to_numpy(v) for k, v in next_obs.items()})
         if env is not None and hasattr(env, "normalize_reward"):
-            rewards = env.normalize_reward(rewards)
+            rewards = env.normalize_reward(to_numpy(rewards))
         dones = terminated if self.handle_timeout_termination else terminated | truncated
         tensor = self._to_torch
+        dones, rewards = tensor(_column(dones)), tensor(_column(rewards))
         if self._dict_obs:
             observations = {k: tensor(v) for k, v in obs.items()}
             next_observations = {k: tensor(v) for k, v in next_obs.items()}
-            return DictReplayBufferSamples(
-                observations, tensor(actions), next_observations,
-                tensor(dones.astype(np.float32).reshape(-1, 1)), tensor(np.asarray(rewards, np.float32).reshape(-1, 1)),
-            )
-        return ReplayBufferSamples(
-            tensor(obs["obs"]), tensor(actions), tensor(next_obs["obs"]),
-            tensor(dones.astype(np.float32).reshape(-1, 1)), tensor(np.asarray(rewards, np.float32).reshape(-1, 1)),
-        )
+            return DictReplayBufferSamples(observations, tensor(actions), next_observations, dones, rewards)
+        return ReplayBufferSamples(tensor(obs["obs"]), tensor(actions), tensor(next_obs["obs"]), dones, rewards)
 
-    def _to_torch(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array)
-        return tensor if self.device.type == "cpu" else tensor.to(self.device, non_blocking=True)
+    def _to_torch(self, array: np.ndarray | torch.Tensor) -> torch.Tensor:
+        tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
+        return tensor if tensor.device == self.device else tensor.to(self.device, non_blocking=True)
 
     to_torch = _to_torch  # SB3's name
 
@@ -366,6 +388,7 @@ class ReplayBuffer:
             "prioritized": self.prioritized,
             "alpha": self.alpha,
             "beta": self.beta,
+            "storage_device": None if self.storage_device is None else str(self.storage_device),
         }
 
     def _storages(self) -> dict[str, EpisodeStorage]:

@@ -37,11 +37,22 @@ import numpy as np
 from herl.buffers.strategies import uniform_integers
 
 
-def _reshaped(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def _reshaped(array, shape: tuple[int, ...]):
     """A view of ``array`` with ``shape``; raises instead of silently copying (writes must reach storage)."""
+    if not isinstance(array, np.ndarray):  # a torch tensor: .view never copies
+        return array.view(shape)
     view = array.view()
     view.shape = shape
     return view
+
+
+def to_numpy(array) -> np.ndarray:
+    """A NumPy array for user code (reward functions) and files, from NumPy or torch storage."""
+    if isinstance(array, np.ndarray):
+        return array
+    if hasattr(array, "detach"):
+        return array.detach().cpu().numpy()
+    return np.asarray(array)
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,8 @@ class EpisodeStorage:
         transition_fields: dict[str, FieldSpec],
         share_states: bool,
         end_fields: tuple[str, ...] = (),
+        split_long_episodes: bool = False,
+        size_argument: str = "buffer_size (it is split across n_envs)",
     ) -> None:
         if n_envs < 1:
             raise ValueError(f"n_envs must be >= 1, got {n_envs}")
@@ -90,6 +103,11 @@ class EpisodeStorage:
         # Fields that can only be nonzero on an episode's last transition (termination flags):
         # written when an episode ends and cleared when it is retired, not on every add.
         self.end_fields = tuple(end_fields)
+        # Plain replay does not need whole episodes: an episode about to outgrow its column is closed
+        # as a segment (bootstrapping at its end) so that an endless stream keeps the newest
+        # transitions, as SB3's ReplayBuffer does. HER needs whole episodes and raises instead.
+        self.split_long_episodes = split_long_episodes
+        self.size_argument = size_argument  # what a user raises to make columns longer, for error messages
         self._allocate()
         # Per row, for closed episodes: first row and length (0 for rows of no closed episode),
         # side by side so that finding a sampled transition's episode is one gather.
@@ -144,7 +162,7 @@ class EpisodeStorage:
             self._columns[key] = (spec.dtype, offset, spec)
             widths[spec.dtype] = offset + spec.size
         flat_rows = self.rows * self.n_envs
-        self._blocks = {dtype: np.zeros((flat_rows, width), dtype=dtype) for dtype, width in widths.items()}
+        self._blocks = {dtype: self._zeros((flat_rows, width), dtype) for dtype, width in widths.items()}
         views = {key: self._field_view(self._blocks[dtype], offset, spec) for key, (dtype, offset, spec) in self._columns.items()}
         self.flat_states = {k: views[("s", k)] for k in self.state_fields}
         self.flat_next_states = self.flat_states if self.share_states else {k: views[("n", k)] for k in self.state_fields}
@@ -158,6 +176,15 @@ class EpisodeStorage:
         self._state_names = tuple(self.state_fields)
         self._transition_names = tuple(k for k in self.transition_fields if k not in self.end_fields)
 
+    def _zeros(self, shape: tuple[int, ...], dtype: np.dtype):
+        return np.zeros(shape, dtype=dtype)
+
+    def _take(self, block, flat: np.ndarray):
+        return block.take(flat, axis=0)
+
+    def _select(self, values, mask: np.ndarray):
+        return np.asarray(values)[mask]
+
     @staticmethod
     def _field_view(block: np.ndarray, offset: int, spec: FieldSpec) -> np.ndarray:
         if not spec.shape:
@@ -167,7 +194,7 @@ class EpisodeStorage:
 
     def add_transition_field(self, name: str, spec: FieldSpec) -> None:
         """Add a per-transition field after construction (info keys are known at the first add)."""
-        kept = {key: view.copy() for key, view in self._all_views().items()}
+        kept = {key: view.clone() if hasattr(view, "clone") else view.copy() for key, view in self._all_views().items()}
         self.transition_fields[name] = spec
         self._allocate()
         for key, view in self._all_views().items():
@@ -187,7 +214,7 @@ class EpisodeStorage:
         The arrays returned are views into fresh gathered blocks: editing them (relabeling)
         never touches the storage.
         """
-        gathered = {dtype: block.take(flat, axis=0) for dtype, block in self._blocks.items()}
+        gathered = {dtype: self._take(block, flat) for dtype, block in self._blocks.items()}
         return {
             key: self._field_view(gathered[dtype], offset, spec)
             for key, (dtype, offset, spec) in self._columns.items()
@@ -228,6 +255,8 @@ class EpisodeStorage:
         Only the storage's own field names are read from the mappings; extra keys are ignored.
         ``n_done`` (the count of true ``done`` flags) may be passed when the caller knows it.
         """
+        if self.n_adds >= self._overflow_at:
+            self._handle_long_episodes()
         rows_per_env = self.rows
         share = self.share_states
         if self.lockstep:
@@ -244,8 +273,6 @@ class EpisodeStorage:
             hit = self.heads[rows].any() or (share and self.heads[nxt].any())
         if self.n_starting:
             self._begin_episodes(at, states)
-        if self.n_adds >= self._overflow_at:
-            self._check_episode_fits()
         if hit:
             self._retire(at)
             if share:
@@ -293,22 +320,24 @@ class EpisodeStorage:
             everyone = bool(starting.all())
             for k in self._state_names:
                 self.flat_states[k][at if everyone else flat[starting]] = (
-                    states[k] if everyone else np.asarray(states[k])[starting]
+                    states[k] if everyone else self._select(states[k], starting)
                 )
 
     def _set_min_began(self) -> None:
         self._min_began = int(self.open_began.min())
         self._overflow_at = self._min_began + self.rows - 1 - self.share_states
 
-    def _check_episode_fits(self) -> None:
-        too_long = self.open_len + 1 + self.share_states > self.rows
-        too_long &= self.open_start >= 0
-        if too_long.any():
-            raise ValueError(
-                f"an episode of environment {int(np.flatnonzero(too_long)[0])} is longer than the "
-                f"{self.rows - self.share_states} transitions each environment's column holds: raise buffer_size "
-                "(it is split across n_envs)"
-            )
+    def _handle_long_episodes(self) -> None:
+        too_long = (self.open_len + 1 + self.share_states > self.rows) & (self.open_start >= 0)
+        if not too_long.any():
+            return
+        if self.split_long_episodes:
+            self.close(np.flatnonzero(too_long))
+            return
+        raise ValueError(
+            f"an episode of environment {int(np.flatnonzero(too_long)[0])} is longer than the "
+            f"{self.rows - self.share_states} transitions each environment's column holds: raise {self.size_argument}"
+        )
 
     def _retire(self, at) -> None:
         """Retire the old episodes whose first row is written now (``at``: flat indices, one per env)."""
@@ -466,7 +495,7 @@ class EpisodeStorage:
         """A copy of one field at ``flat``. (np.take on the strided field view would first copy the
         whole column, so the block's rows are gathered and the field sliced out of them.)"""
         dtype, offset, spec = self._columns[(kind, name)]
-        return self._field_view(self._blocks[dtype].take(flat, axis=0), offset, spec)
+        return self._field_view(self._take(self._blocks[dtype], flat), offset, spec)
 
     def next_state(self, name: str, flat: np.ndarray) -> np.ndarray:
         """Field ``name`` of the state each transition at ``flat`` leads to."""
@@ -477,10 +506,10 @@ class EpisodeStorage:
     # ------------------------------------------------------------------ persistence
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array that defines the storage's contents, by a stable name."""
-        out = {f"state/{k}": v for k, v in self.states.items()}
+        out = {f"state/{k}": to_numpy(v) for k, v in self.states.items()}
         if not self.share_states:
-            out.update({f"next_state/{k}": v for k, v in self.next_states.items()})
-        out.update({f"transition/{k}": v for k, v in self.transitions.items()})
+            out.update({f"next_state/{k}": to_numpy(v) for k, v in self.next_states.items()})
+        out.update({f"transition/{k}": to_numpy(v) for k, v in self.transitions.items()})
         out.update(
             episode_rows=self.episode_rows, is_transition=self.is_transition, head=self.head,
             open_start=self.open_start, open_began=self.open_began, pos=self.pos,
@@ -490,9 +519,15 @@ class EpisodeStorage:
             out.update({f"priority/{k}": v for k, v in self.priorities.state().items()})
         return out
 
+    def _assign(self, target, source: np.ndarray) -> None:
+        target[...] = source
+
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
         """Fill this (freshly built, same-shaped) storage from :meth:`arrays` output."""
         targets = self.arrays()
+        live = {f"state/{k}": v for k, v in self.states.items()}
+        live.update({f"next_state/{k}": v for k, v in self.next_states.items()} if not self.share_states else {})
+        live.update({f"transition/{k}": v for k, v in self.transitions.items()})
         for name, target in targets.items():
             if name not in arrays:
                 raise ValueError(f"saved buffer lacks the array {name!r}: the file is incomplete or not a herl buffer")
@@ -502,7 +537,9 @@ class EpisodeStorage:
                     f"saved array {name!r} has shape {source.shape} and dtype {source.dtype}, expected "
                     f"{target.shape} and {target.dtype}: the file does not match the buffer's configuration"
                 )
-            if name not in ("pos", "counters") and not name.startswith("priority/"):
+            if name in live:  # data (possibly torch tensors on a device); targets[name] is a host copy
+                self._assign(live[name], source)
+            elif name not in ("pos", "counters") and not name.startswith("priority/"):
                 target[...] = source
         self.n_adds, self.n_starting, self.window = (int(x) for x in arrays["counters"])
         self._set_pos(arrays["pos"].copy())
@@ -511,3 +548,50 @@ class EpisodeStorage:
             self.priorities.restore({k[len("priority/"):]: v for k, v in arrays.items() if k.startswith("priority/")})
         self.n_transitions = int(self.is_transition.sum())
         self._set_min_began()
+
+
+class TorchEpisodeStorage(EpisodeStorage):
+    """The same storage with its data blocks as torch tensors on ``device`` (book-keeping stays on the host).
+
+    Sampled batches are gathered on the device, so a GPU-resident buffer feeds the networks with
+    no host copy; only the batch's indices go to the device, and the few goals a reward function
+    needs come back. Inputs to ``add`` may be NumPy arrays or tensors on any device.
+    """
+
+    def __init__(self, *, device, **kwargs) -> None:
+        import torch
+
+        self._torch = torch
+        self.device = torch.device(device)
+        super().__init__(**kwargs)
+
+    def _zeros(self, shape: tuple[int, ...], dtype: np.dtype):
+        torch = self._torch
+        return torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype=dtype)).dtype, device=self.device)
+
+    def _tensor(self, value):
+        return self._torch.as_tensor(value, device=self.device)
+
+    def _take(self, block, flat: np.ndarray):
+        return block.index_select(0, self._torch.as_tensor(flat, device=self.device))
+
+    def _select(self, values, mask: np.ndarray):
+        return values[self._torch.as_tensor(mask, device=values.device)]
+
+    def _assign(self, target, source: np.ndarray) -> None:
+        target.copy_(self._torch.from_numpy(np.ascontiguousarray(source)))
+
+    def add(self, states, next_states, transitions, done, n_done=None) -> None:
+        convert = self._tensor
+        super().add(
+            {k: convert(states[k]) for k in self._state_names},
+            {k: convert(next_states[k]) for k in self._state_names},
+            {k: convert(v) for k, v in transitions.items()},
+            to_numpy(done),
+            n_done,
+        )
+
+    def extend(self, states, next_states, transitions) -> None:
+        convert = self._tensor
+        super().extend({k: convert(v) for k, v in states.items()}, {k: convert(v) for k, v in next_states.items()},
+                       {k: convert(v) for k, v in transitions.items()})
