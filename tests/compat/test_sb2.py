@@ -140,3 +140,24 @@ def test_replay_wrapper_relabels_when_an_episode_ends():
 def test_replay_wrapper_needs_the_goal_env_wrapper():
     with pytest.raises(TypeError, match="HERGoalEnvWrapper"):
         HindsightExperienceReplayWrapper(100, 4, "future", BitFlippingEnv(3))
+
+
+def test_replay_wrapper_samples_what_the_engine_samples_directly():
+    """The adapter adds nothing of its own: same transitions and seed, same batches as the engine."""
+    env = HERGoalEnvWrapper(BitFlippingEnv(5, max_steps=5, random_goal=True))
+    wrapper = HindsightExperienceReplayWrapper(500, 4, "episode", env, seed=7)
+    engine = HerReplayBuffer(500, env.env.observation_space, env.action_space, env=env.env, device="cpu", n_sampled_goal=4,
+                             goal_selection_strategy="episode", online_sampling=False, max_episode_length=5, seed=7)
+    obs, _ = env.reset(seed=3)
+    for t in range(60):
+        action = t % 5
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        wrapper.add(obs, action, reward, next_obs, terminated or truncated, truncated=truncated and not terminated)
+        engine.add(env.convert_obs_to_dict(obs), env.convert_obs_to_dict(next_obs), np.array(action), reward,
+                   terminated=terminated, truncated=truncated and not terminated)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+    obs_t, actions, rewards, obs_tp1, dones = wrapper.sample(128)
+    direct = engine.sample(128)
+    np.testing.assert_array_equal(obs_t, env.convert_dict_to_obs({k: v.numpy() for k, v in direct.observations.items()}))
+    np.testing.assert_array_equal(rewards, direct.rewards.numpy().ravel())
+    np.testing.assert_array_equal(dones, direct.dones.numpy().ravel())
