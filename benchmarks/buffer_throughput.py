@@ -105,16 +105,11 @@ def array_bytes(obj, seen=None) -> int:
 
 
 # --------------------------------------------------------------------------- the three buffers
-class HerlRunner:
-    name = "herl"
+class _SB3StyleRunner:
+    """A buffer with SB3's add(obs, next_obs, action, reward, done, infos) and sample(batch)."""
 
-    def __init__(self, n_envs: int, optimize: bool = False):
-        self.name = "herl (optimize_memory_usage)" if optimize else "herl"
-        self.buffer = HerReplayBuffer(
-            CAPACITY, OBS_SPACE, ACT_SPACE, device="cpu", n_envs=n_envs, n_sampled_goal=K,
-            goal_selection_strategy="future", compute_reward=sparse_reward, optimize_memory_usage=optimize, seed=0,
-        )
-        self.n_envs = n_envs
+    def __init__(self, buffer, n_envs: int):
+        self.buffer = buffer
         self.not_done, self.done = np.zeros(n_envs, bool), np.ones(n_envs, bool)
         self.infos = [{} for _ in range(n_envs)]
 
@@ -125,6 +120,15 @@ class HerlRunner:
 
     def sample(self, batch: int):
         return self.buffer.sample(batch)
+
+
+class HerlRunner(_SB3StyleRunner):
+    def __init__(self, n_envs: int, optimize: bool = False):
+        self.name = "herl (optimize_memory_usage)" if optimize else "herl"
+        super().__init__(HerReplayBuffer(
+            CAPACITY, OBS_SPACE, ACT_SPACE, device="cpu", n_envs=n_envs, n_sampled_goal=K,
+            goal_selection_strategy="future", compute_reward=sparse_reward, optimize_memory_usage=optimize, seed=0,
+        ), n_envs)
 
     def bytes_per_transition(self) -> float:
         # the shared layout spends one extra row per episode on its final state
@@ -132,27 +136,17 @@ class HerlRunner:
         return array_bytes(self.buffer.storage) / held
 
 
-class SB3Runner:
+class SB3Runner(_SB3StyleRunner):
     name = "SB3 HerReplayBuffer"
 
     def __init__(self, n_envs: int):
         from stable_baselines3 import HerReplayBuffer as SB3Her
         from stable_baselines3.common.vec_env import DummyVecEnv
 
-        self.buffer = SB3Her(
+        super().__init__(SB3Her(
             CAPACITY, OBS_SPACE, ACT_SPACE, env=DummyVecEnv([_GoalEnv] * n_envs), device="cpu", n_envs=n_envs,
             n_sampled_goal=K, goal_selection_strategy="future",
-        )
-        self.not_done, self.done = np.zeros(n_envs, bool), np.ones(n_envs, bool)
-        self.infos = [{} for _ in range(n_envs)]
-
-    def add_episode(self, steps, actions, rewards):
-        add, infos = self.buffer.add, self.infos
-        for t in range(EPISODE):
-            add(steps[t], steps[t + 1], actions[t], rewards[t], self.done if t == EPISODE - 1 else self.not_done, infos)
-
-    def sample(self, batch: int):
-        return self.buffer.sample(batch)
+        ), n_envs)
 
     def bytes_per_transition(self) -> float:
         return array_bytes(self.buffer) / CAPACITY
