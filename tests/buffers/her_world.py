@@ -67,6 +67,9 @@ class Episode:
     def stored_terminated(self, t: int) -> bool:
         return self.ended and not self.truncated_by_buffer and self.terminated and t == self.length - 1
 
+    def stored_truncated(self, t: int) -> bool:
+        return self.ended and (self.truncated_by_buffer or not self.terminated) and t == self.length - 1
+
 
 @dataclass
 class IdWorld:
@@ -205,17 +208,19 @@ class IdWorld:
         pairs, inverse = np.unique(ids[:, :2].astype(np.int64), axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
         lengths = np.zeros(len(pairs), np.int64)
-        last_terminated = np.zeros(len(pairs), bool)
+        last_done = np.zeros(len(pairs), bool)
         for j, (e, k) in enumerate(pairs.tolist()):
             assert (e, k) in self.episodes, f"transition of unknown episode {(e, k)}"
             assert (e, k) in sampleable, f"sampled a transition of episode {(e, k)}, which must not be sampled (overwritten)"
             episode = self.episodes[(e, k)]
             lengths[j] = self.stored_length(episode)
-            last_terminated[j] = episode.stored_terminated(episode.length - 1)
+            last_done[j] = episode.stored_terminated(episode.length - 1)
+            if not getattr(self.buffer, "handle_timeout_termination", True):  # SB3's old way: a time limit is a done
+                last_done[j] |= episode.stored_truncated(episode.length - 1)
         t = ids[:, 2].astype(np.int64)
         T = lengths[inverse]
         assert (t >= 0).all() and (t < T).all(), "sampled a transition that was not stored"
-        stored_done = last_terminated[inverse] & (t == T - 1)
+        stored_done = last_done[inverse] & (t == T - 1)
 
         relabeled = g[:, 2] != NO_GOAL
         original = ~relabeled

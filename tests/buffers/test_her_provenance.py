@@ -9,7 +9,6 @@ returned batch, its done flag is the stored termination, and sampling leaves sto
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,6 +43,7 @@ def scenarios(draw):
         truncate_at_end=draw(st.booleans()),
         seed=draw(st.integers(0, 2**16)),
         storage_device=draw(st.sampled_from([None, "cpu"])),  # NumPy or torch-resident storage
+        handle_timeout_termination=draw(st.booleans()),
     )
 
 
@@ -54,6 +54,7 @@ def make_world(sc) -> IdWorld:
         optimize_memory_usage=sc["share"], n_sampled_goal=sc["k"], goal_selection_strategy=sc["strategy"],
         compute_reward=id_reward, online_sampling=sc["online"],
         max_episode_length=max(max(ls) for ls in sc["lengths"]), seed=sc["seed"], storage_device=sc["storage_device"],
+        handle_timeout_termination=sc["handle_timeout_termination"],
     )
     return IdWorld(buffer, sc["lengths"], rows=sc["rows"], share=sc["share"], online=sc["online"],
                    keyword_form=sc["keyword_form"], terminated_every=sc["terminated_every"])

@@ -576,3 +576,81 @@ def test_explicit_compute_reward_wins_over_the_env():
     fn.calls.clear()
     buffer.sample(100)
     assert len(fn.calls) == 1 and calls["compute_reward"] == 0
+
+
+def column_reward(achieved_goal, desired_goal, info):
+    return id_reward(achieved_goal, desired_goal)[:, None]  # (batch, 1) is accepted too
+
+
+def test_compute_reward_may_return_a_column():
+    buffer, world = one_env_buffer("future", compute_reward=column_reward)
+    world.check(buffer.sample(500), "future")
+
+
+@pytest.mark.parametrize("infos_form", ["list", "dict"])
+def test_copy_info_dict_rows_line_up_across_envs(infos_form):
+    """Two envs whose info carries the env and step: compute_reward sees each relabeled row's own entries."""
+    seen = []
+
+    def reward(achieved_goal, desired_goal, info):
+        if np.any(achieved_goal):
+            np.testing.assert_array_equal(info["env"], achieved_goal[:, 0])
+            np.testing.assert_array_equal(info["step"], achieved_goal[:, 2] - 1)
+            seen.append(len(achieved_goal))
+        return id_reward(achieved_goal, desired_goal)
+
+    obs_space, action_space = id_spaces()
+    buffer = HerReplayBuffer(60, obs_space, action_space, device="cpu", n_envs=2, copy_info_dict=True,
+                             compute_reward=reward, seed=0)
+    world = IdWorld(buffer, [[3, 5], [4]], rows=30, share=False)
+    original_add = buffer.add
+
+    def add_with_infos(obs, next_obs, action, rewards, done=None, infos=None, **kwargs):
+        steps = obs["observation"][:, 2]
+        rows = [{"env": e, "step": int(t), "TimeLimit.truncated": bool((infos or [{}, {}])[e].get("TimeLimit.truncated"))}
+                for e, t in enumerate(steps)]
+        if infos_form == "dict":
+            rows = {k: np.array([r[k] for r in rows]) for k in rows[0]}
+        return original_add(obs, next_obs, action, rewards, done, rows, **kwargs)
+
+    buffer.add = add_with_infos
+    world.run(25)
+    world.check(buffer.sample(400), "future")
+    assert seen and seen[-1] > 200
+
+
+def test_an_info_key_missing_later_is_a_clear_error():
+    obs_space, action_space = id_spaces()
+    buffer = HerReplayBuffer(20, obs_space, action_space, device="cpu", copy_info_dict=True,
+                             compute_reward=lambda achieved_goal, desired_goal, info: id_reward(achieved_goal, desired_goal),
+                             seed=0)
+    o = {k: np.zeros((1, 3), np.float32) for k in ("observation", "achieved_goal", "desired_goal")}
+    buffer.add(o, o, np.zeros((1, 3), np.float32), np.zeros(1), np.array([False]), [{"weight": 1.0}])
+    with pytest.raises(ValueError, match="info key 'weight' is missing"):
+        buffer.add(o, o, np.zeros((1, 3), np.float32), np.zeros(1), np.array([False]), [{}])
+
+
+def test_time_limit_of_a_made_env_sizes_offline_episodes():
+    env = gym.make("herl/PointReach-v0", max_episode_steps=7)
+    buffer = HerReplayBuffer(100, env.observation_space, env.action_space, env=env, device="cpu", online_sampling=False)
+    assert buffer.max_episode_length == 7
+
+
+@pytest.mark.parametrize("online", [True, False])
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("encoding", [dict(discrete_obs_space=True), dict(image_obs_space=True), dict(continuous=True)],
+                         ids=["discrete", "image", "continuous"])
+def test_bit_flipping_encodings(encoding, share, online):
+    """Discrete goals (stored as (1,) int64), image goals (uint8) and Box actions relabel like bit vectors."""
+    env = BitFlippingEnv(n_bits=4, random_goal=True, **encoding)
+    buffer = HerReplayBuffer(200, env.observation_space, env.action_space, env=env, device="cpu",
+                             optimize_memory_usage=share, online_sampling=online, max_episode_length=4, seed=0)
+    bit_flipping_rollout(buffer, env, 30, seed=0)
+    batch = buffer.sample(300)
+    achieved = batch.next_observations["achieved_goal"].numpy()
+    desired = batch.observations["desired_goal"].numpy()
+    assert achieved.shape[0] == 300 and achieved.dtype == (np.int64 if "discrete_obs_space" in encoding else
+                                                           np.uint8 if "image_obs_space" in encoding else np.int8)
+    np.testing.assert_array_equal(batch.rewards[:, 0].numpy(), env.compute_reward(achieved, desired, None))
+    np.testing.assert_array_equal(batch.dones[:, 0].numpy(), env.compute_terminated(achieved, desired, None))
+    assert 0 < batch.dones.sum() < 300
