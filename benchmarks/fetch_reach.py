@@ -12,7 +12,7 @@ Two measurements (issue 3):
 
 Usage::
 
-    python benchmarks/fetch_reach.py speed [--steps 1000]
+    python benchmarks/fetch_reach.py speed [--steps 1000] [--repeats 3]
     python benchmarks/fetch_reach.py success [--seeds 0 1 2] [--steps 3000] [--no-sb3]
 """
 
@@ -169,16 +169,27 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--algos", nargs="+", default=["SAC", "TD3"])
     parser.add_argument("--no-sb3", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     libs = ["herl"] if args.no_sb3 else ["herl", "sb3"]
     if args.what == "speed":
+        # interleaved repeats, medians: the machine may be shared, so no library gets a quiet moment alone
         steps = args.steps or 1000
-        floor, update_ms, env_ms = floor_speed(steps)
-        print(f"floor (bare PyTorch SAC update {update_ms:.2f} ms + env step {env_ms:.2f} ms): {floor:.0f} steps/s")
-        results = {lib: learning_speed(lib, steps) for lib in libs}
+        floors, runs = [], {lib: [] for lib in libs}
+        for rep in range(args.repeats):
+            floor, update_ms, env_ms = floor_speed(steps)
+            floors.append(floor)
+            print(f"[{rep}] floor (bare PyTorch SAC update {update_ms:.2f} ms + env step {env_ms:.2f} ms): "
+                  f"{floor:.0f} steps/s", flush=True)
+            for lib in libs:
+                runs[lib].append(learning_speed(lib, steps))
+                print(f"[{rep}] {lib}: {runs[lib][-1]:.0f} steps/s while learning", flush=True)
+        floor = float(np.median(floors))
+        results = {lib: float(np.median(v)) for lib, v in runs.items()}
+        print(f"median floor: {floor:.0f} steps/s")
         for lib, sps in results.items():
-            print(f"{lib}: {sps:.0f} steps/s while learning ({sps / floor:.0%} of the floor)")
+            print(f"median {lib}: {sps:.0f} steps/s while learning ({sps / floor:.0%} of the floor)")
         if "sb3" in results:
             print(f"herl / sb3: {results['herl'] / results['sb3']:.2f}x")
     else:
