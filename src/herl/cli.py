@@ -1,0 +1,361 @@
+"""The ``herl`` command (also ``python -m herl``): train, eval, plot, check-env, list.
+
+Built on the standard library's argparse, so the command adds no dependency to herl. Each subcommand parses its
+flags here and calls :mod:`herl.run`, where the work is done; mistakes a person can fix raise
+:class:`herl.run.errors.CLIError`, printed as one message (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from herl.run.errors import CLIError
+
+EXAMPLES = """examples:
+  herl train --env FetchReach-v4                       # the preset's algorithm and settings
+  herl train --algo dqn --env herl/BitFlipping-v0 --set env.n_bits=15 --seed 0 1 2 --jobs 2
+  herl train --resume runs/FetchReach-v4_sac_20260101-120000
+  herl eval runs/FetchReach-v4_sac_20260101-120000 --episodes 50 --video reach.mp4
+  herl plot runs/A runs/B -o curves.png
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="herl", description="Goal-conditioned RL with Hindsight Experience Replay.", epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+    )
+    from herl import __version__
+
+    parser.add_argument("--version", action="version", version=f"herl {__version__}")
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+
+    train = commands.add_parser("train", help="train an agent; writes a run folder", allow_abbrev=False,
+                                description="Train an agent. Settings come from the env's preset, then the flags, "
+                                "then --set. Each seed gets RUN_DIR/seed_<S>/.")
+    train.add_argument("--algo", choices=("dqn", "ddpg", "td3", "sac"), help="algorithm (default: the preset's)")
+    train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0")
+    train.add_argument("--preset", metavar="NAME", help="preset to use (default: the one for the env; see herl list)")
+    train.add_argument("--timesteps", type=_positive_int, metavar="N", help="env steps to train for")
+    train.add_argument("--seed", type=int, nargs="+", default=[0], metavar="S", help="one run per seed (default: 0)")
+    train.add_argument("--n-envs", type=_positive_int, metavar="N", help="envs stepped together")
+    her = train.add_mutually_exclusive_group()
+    her.add_argument("--her", metavar="STRATEGY:K", help="relabel with future|final|episode|random, K goals per "
+                     "transition (default: on for goal envs, future:4 unless the preset says otherwise)")
+    her.add_argument("--no-her", action="store_true", help="plain replay, no relabeling")
+    train.add_argument("--device", metavar="D", help="torch device: auto, cpu, cuda, cuda:1, ...")
+    train.add_argument("--threads", type=_positive_int, metavar="N",
+                       help="torch CPU threads per run (default: 1, fastest for small networks)")
+    train.add_argument("--run-dir", type=Path, metavar="DIR", help="run folder (default: runs/<env>_<algo>_<time>)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="any setting, e.g. learning_rate=1e-3, env.n_bits=15, her.n_sampled_goal=8, "
+                       "policy.net_arch=[64,64], eval.freq=1000 (repeatable; a wrong key lists the valid ones)")
+    train.add_argument("--jobs", type=_positive_int, default=1, metavar="J", help="seeds trained in parallel processes")
+    train.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                       help="continue a run (or every seed of one) from its last checkpoint")
+    train.add_argument("--progress", choices=("auto", "bar", "log", "off"), default="auto",
+                       help="progress display (auto: a bar on a terminal, lines otherwise)")
+    train.set_defaults(func=_cmd_train)
+
+    evaluate = commands.add_parser("eval", help="evaluate a model or run: success rate, return, length",
+                                   allow_abbrev=False)
+    evaluate.add_argument("target", type=Path, metavar="MODEL_OR_RUN", help="a model .zip, a run folder or a folder of seeds")
+    evaluate.add_argument("--episodes", type=_positive_int, default=50, help="episodes per model (default: 50)")
+    evaluate.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
+                          help="act with the deterministic policy (default: yes)")
+    evaluate.add_argument("--env", metavar="ID", help="env id (default: the run's; needed for a bare model file)")
+    evaluate.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE", help="env arguments")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the evaluation episodes (default: 0)")
+    evaluate.add_argument("--device", default="auto", help="torch device (default: auto)")
+    evaluate.add_argument("--video", type=Path, metavar="OUT.mp4", help="also record episodes to a .mp4 or .gif")
+    evaluate.add_argument("--video-episodes", type=_positive_int, default=3, metavar="N",
+                          help="episodes in the video (default: 3)")
+    evaluate.set_defaults(func=_cmd_eval)
+
+    plot = commands.add_parser("plot", help="learning curves of runs, mean and spread over seeds", allow_abbrev=False)
+    plot.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR", help="run folders (each may hold several seeds)")
+    plot.add_argument("-o", "--output", type=Path, default=Path("curves.png"), help="image file (default: curves.png)")
+    plot.add_argument("--metric", default="eval/success_rate", help="progress.csv column (default: eval/success_rate)")
+    plot.add_argument("--x", choices=("steps", "time"), default="steps", help="x axis: env steps or wall time")
+    plot.add_argument("--band", choices=("minmax", "std", "none"), default="minmax",
+                      help="spread over seeds (default: minmax)")
+    plot.add_argument("--label", action="append", metavar="TEXT", help="legend label, one per run, in order")
+    plot.add_argument("--title", help="figure title")
+    plot.set_defaults(func=_cmd_plot)
+
+    check = commands.add_parser("check-env", help="check that an env can be trained with HER", allow_abbrev=False)
+    check.add_argument("env", metavar="ID", help="gymnasium env id")
+    check.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE", help="env arguments")
+    check.add_argument("--steps", type=_positive_int, default=50, help="random steps checked (default: 50)")
+    check.set_defaults(func=_cmd_check_env)
+
+    listing = commands.add_parser("list", help="envs with a preset, algorithms, goal strategies", allow_abbrev=False)
+    listing.set_defaults(func=_cmd_list)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(float(text)) if "e" in text.lower() else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args) or 0
+    except CLIError as err:
+        print(f"herl {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nherl {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# train
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from herl.run.train import find_seed_runs, resume_run, run_parallel
+
+    if args.resume is not None:
+        start_only = {"--algo": args.algo, "--env": args.env, "--preset": args.preset, "--n-envs": args.n_envs,
+                      "--her": args.her, "--no-her": args.no_her or None, "--device": args.device, "--threads": args.threads,
+                      "--run-dir": args.run_dir, "--set": args.set or None}
+        given = [flag for flag, value in start_only.items() if value is not None]
+        if given or args.seed != [0]:
+            raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs and "
+                           f"--progress, not {', '.join(given) or '--seed'}")
+        runs = find_seed_runs(args.resume)
+        print(f"herl train: resuming {len(runs)} run(s) in {args.resume}", flush=True)
+        jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress}) for run in runs]
+        _print_summaries(run_parallel(jobs, args.jobs))
+        return 0
+    if args.env is None:
+        raise CLIError("say which env to train on with --env ID (or continue a run with --resume RUN_DIR); "
+                       "`herl list` shows the envs with a preset")
+    configs, run_dir = _train_configs(args)
+    from herl.run.train import start_run
+
+    existing = [run_dir / f"seed_{c.seed}" for c in configs if (run_dir / f"seed_{c.seed}" / "config.json").exists()]
+    if existing:
+        raise CLIError(f"{existing[0]} already holds a run: continue it with `herl train --resume {run_dir}`, or "
+                       "choose another --run-dir")
+    config = configs[0]
+    her = f" + HER ({config.her.strategy}, k={config.her.n_sampled_goal})" if config.her else ""
+    preset = f", preset {config.preset}" if config.preset else ""
+    seeds = " ".join(str(c.seed) for c in configs)
+    print(f"herl train: {config.algo.upper()}{her} on {config.env}{preset}, {config.timesteps:,} steps, "
+          f"seed(s) {seeds} -> {run_dir}", flush=True)
+    jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress})
+            for c in configs]
+    _print_summaries(run_parallel(jobs, args.jobs))
+    print(f"curves: herl plot {run_dir}")
+    return 0
+
+
+def _train_configs(args: argparse.Namespace) -> tuple[list[Any], Path]:
+    """One resolved config per seed, and the run folder, from the train flags."""
+    from herl.run.config import build_config, parse_assignment, parse_her
+    from herl.run.envs import check_her_env, is_goal_env, make_env, resolve_env_id
+    from herl.run.presets import get_preset, preset_for_env
+    from herl.run.train import check_algorithm_fits, default_run_dir
+
+    env_id = resolve_env_id(args.env)
+    preset = get_preset(args.preset) if args.preset else preset_for_env(env_id)
+    set_layer = dict(parse_assignment(text) for text in args.set)
+    flags: dict[str, Any] = {}
+    for key, value in (("timesteps", args.timesteps), ("n_envs", args.n_envs), ("device", args.device),
+                       ("threads", args.threads)):
+        if value is not None:
+            flags[key] = value
+    if args.her:
+        flags.update(parse_her(args.her))
+    if args.no_her:
+        flags["her.enabled"] = False
+    # The env's arguments are needed to look at it before the algorithm (hence its preset section) is known.
+    env_kwargs = {k[4:]: v for k, v in {**(preset.common if preset else {}), **set_layer}.items() if k.startswith("env.")}
+    probe = make_env(env_id, env_kwargs)
+    try:
+        algo = args.algo or (preset.algo if preset else _default_algo(probe))
+        check_algorithm_fits(algo, env_id, probe.action_space)
+        goal_env = is_goal_env(probe)
+    finally:
+        probe.close()
+    layers = [*(preset.layers(algo) if preset else []), ("the command-line flags", flags), ("--set", set_layer)]
+    configs = [build_config(algo=algo, env=env_id, seed=seed, layers=layers, goal_env=goal_env,
+                            preset=preset.name if preset else None) for seed in dict.fromkeys(args.seed)]
+    if configs[0].her is not None:
+        check_her_env(env_id, dict(configs[0].env_kwargs))
+    return configs, args.run_dir or default_run_dir(env_id, algo)
+
+
+def _default_algo(env: Any) -> str:
+    from gymnasium import spaces
+
+    return "dqn" if isinstance(env.action_space, spaces.Discrete) else "sac"
+
+
+def _print_summaries(summaries: list[Any]) -> None:
+    from herl.run.train import SUCCESS_THRESHOLD
+
+    rows = [[s.seed, f"{s.steps:,}", f"{s.wall_time:.0f} s", _fmt(s.final_success), _fmt(s.best_success),
+             "-" if s.first_step_at_threshold is None else f"{s.first_step_at_threshold:,}", s.run_dir]
+            for s in summaries]
+    print(format_table(["seed", "steps", "wall time", "final success", "best success",
+                        f"first step >= {SUCCESS_THRESHOLD}", "run folder"], rows))
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A plain text table, columns aligned (numbers to the right)."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(values, widths)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def _numeric(text: str) -> bool:
+    return text.replace(",", "").replace(".", "").replace(" s", "").replace("-", "").replace("±", "").strip().isdigit()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# eval, plot
+
+
+def _env_set(assignments: list[str]) -> dict[str, Any]:
+    from herl.run.config import parse_assignment
+
+    kwargs = {}
+    for text in assignments:
+        key, value = parse_assignment(text)
+        if not key.startswith("env.") or key == "env.":
+            raise CLIError(f"this command's --set takes env arguments only (env.NAME=VALUE), got {key!r}")
+        kwargs[key[4:]] = value
+    return kwargs
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from herl.run.evaluate import evaluate, find_models, load_model, record_video
+
+    models = find_models(args.target)
+    env_kwargs = _env_set(args.set)
+    results, video_done = [], False
+    for item in models:
+        env_id = args.env or item.env
+        if env_id is None:
+            raise CLIError(f"{item.path} is not in a run folder, so its env is unknown: pass --env ID")
+        kwargs = {**item.env_kwargs, **env_kwargs}
+        model = load_model(item.path, args.device)
+        results.append(evaluate(model, env_id, kwargs, episodes=args.episodes, deterministic=args.deterministic,
+                                seed=args.seed, name=item.name))
+        if args.video is not None and not video_done:  # the first model's episodes
+            print(record_video(model, env_id, kwargs, args.video, episodes=args.video_episodes,
+                               deterministic=args.deterministic, seed=args.seed))
+            video_done = True
+    rows = [[r.name, r.episodes, _fmt(r.success_rate), f"{r.mean_return:.2f} ± {r.std_return:.2f}", f"{r.mean_length:.1f}"]
+            for r in results]
+    print(format_table(["model", "episodes", "success rate", "mean return", "episode length"], rows))
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from herl.run.plot import plot_runs
+
+    output = plot_runs(args.runs, args.output, metric=args.metric, x=args.x, band=args.band, labels=args.label,
+                       title=args.title)
+    print(f"wrote {output}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# check-env, list
+
+
+def _cmd_check_env(args: argparse.Namespace) -> int:
+    import warnings
+
+    from herl.envs import GoalEnvError, GoalEnvWarning, check_goal_env
+    from herl.run.envs import make_env
+
+    env = make_env(args.env, _env_set(args.set))
+    print(f"{args.env}\n  observation space: {env.observation_space}\n  action space: {env.action_space}")
+    limit = env.spec.max_episode_steps if env.spec is not None else None
+    print(f"  episode limit: {limit if limit is not None else 'none set by gymnasium'}")
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GoalEnvWarning)
+            check_goal_env(env, n_steps=args.steps)
+    except GoalEnvError as err:
+        print(f"FAIL: {err}")
+        return 1
+    finally:
+        env.close()
+    for warning in caught:
+        if issubclass(warning.category, GoalEnvWarning):
+            print(f"warning: {warning.message}")
+    print(f"OK: {args.env} can be trained with HER (checked over {args.steps} random steps)")
+    return 0
+
+
+STRATEGIES = {
+    "future": "a goal achieved later in the same episode (the HER paper's best; the default)",
+    "final": "the goal achieved at the end of the episode",
+    "episode": "a goal achieved anywhere in the same episode",
+    "random": "a goal achieved anywhere in the replay buffer",
+}
+ALGORITHMS = {
+    "dqn": "Deep Q-Network (Discrete actions), e.g. bit flipping",
+    "ddpg": "Deep Deterministic Policy Gradient (Box actions), the HER paper's algorithm",
+    "td3": "Twin Delayed DDPG (Box actions)",
+    "sac": "Soft Actor-Critic (Box actions)",
+}
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from herl.run.envs import PROVIDERS
+    from herl.run.presets import load_presets
+
+    rows = []
+    for preset in load_presets().values():
+        provider = next((p for p in PROVIDERS if any(e.startswith(p.prefixes) for e in preset.envs)), None)
+        installed = provider is None or importlib.util.find_spec(provider.module) is not None
+        needs = "" if installed else f"pip install 'herl[{provider.extra}]'"
+        rows.append([preset.name, ", ".join(preset.envs), preset.algo, preset.description, needs])
+    print("Envs with a preset (herl train --env ID uses the preset matching ID):")
+    print(_indent(format_table(["preset", "env ids", "algo", "what", "needs"], rows)))
+    print("\nAlgorithms (--algo):")
+    print(_indent(format_table(["name", "what"], [[k, v] for k, v in ALGORITHMS.items()])))
+    print("\nGoal selection strategies (--her STRATEGY:K):")
+    print(_indent(format_table(["name", "relabels a transition with"], [[k, v] for k, v in STRATEGIES.items()])))
+    return 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

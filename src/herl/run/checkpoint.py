@@ -1,0 +1,202 @@
+"""Checkpoints that a run resumes from exactly, written so that a crash never leaves a broken one.
+
+A checkpoint is a folder ``checkpoints/step_<N>/`` holding
+
+- ``model.zip``: weights, optimizer states, normalizer statistics, the model's random generators and counters
+  (:meth:`save` of the algorithm);
+- ``replay_buffer.zip``: the buffer with its running episodes and its generator;
+- ``state.zip``: the rest of the loop's state: the running episodes' returns, lengths and last observations, how
+  each env's running episode came about (:class:`herl.run.envs.ReplayableEnv`), the exploration noise's generator,
+  the episode statistics, the algorithm's scalar counters (DQN's last target update, ...), the run's wall time.
+
+It is written into a temporary folder that is renamed into place when complete, and ``checkpoints/latest.json``
+(replaced atomically after that) names the newest one: a process killed at any moment leaves the previous
+checkpoint intact and named. Checkpoints are taken at the start of a rollout, after the previous rollout's
+gradient steps, the one point where a new ``learn`` call continues exactly as the interrupted one would have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from herl.io.archive import read_archive, write_archive
+from herl.run.envs import recorders
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest.json"
+MODEL_FILE = "model.zip"
+BUFFER_FILE = "replay_buffer.zip"
+STATE_FILE = "state.zip"
+STATE_KIND = "training_state"
+STATE_VERSION = 1
+# Scalars of the model that are configuration, not training state, so a checkpoint leaves them alone.
+_NOT_STATE = frozenset({"verbose", "seed", "n_envs", "_custom_logger"})
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    """The checkpoint's folder."""
+    step: int
+    """Env steps trained when it was taken."""
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / MODEL_FILE
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+    """The checkpoint ``latest.json`` names, or None when the run has none yet."""
+    pointer = Path(run_dir) / CHECKPOINTS / LATEST
+    if not pointer.exists():
+        return None
+    data = json.loads(pointer.read_text(encoding="utf-8"))
+    return Checkpoint(pointer.parent / data["path"], int(data["step"]))
+
+
+def write_checkpoint(run_dir: Path, model: Any, env: Any, *, wall_time: float, keep: int = 2) -> Checkpoint:
+    """Save everything a run needs to continue exactly; keep the ``keep`` newest checkpoints."""
+    root = Path(run_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    step = model.num_timesteps
+    latest = latest_checkpoint(run_dir)
+    if latest is not None and latest.step == step:
+        return latest
+    final = root / f"step_{step:012d}"
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    try:
+        model.save(tmp / MODEL_FILE)
+        model.save_replay_buffer(tmp / BUFFER_FILE)
+        meta, arrays = _loop_state(model, env, wall_time)
+        write_archive(tmp / STATE_FILE, kind=STATE_KIND, version=STATE_VERSION, meta=meta, arrays=arrays)
+        _fsync_folder(tmp)
+        if final.exists():  # left by a process killed between this rename and latest.json: never named, so stale
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    atomic_write_text(root / LATEST, json.dumps({"step": step, "path": final.name}))
+    _prune(root, keep)
+    return Checkpoint(final, step)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush the files to disk before the rename makes them the checkpoint (a power cut, not only a crash)."""
+    for path in folder.iterdir():
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _prune(root: Path, keep: int) -> None:
+    steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for old in steps[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_partial_checkpoints(run_dir: Path) -> None:
+    """Delete temporary folders left by a process killed while writing a checkpoint."""
+    for tmp in (Path(run_dir) / CHECKPOINTS).glob(".tmp-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    arrays: dict[str, np.ndarray] = {
+        "loop/ep_returns": np.asarray(model._ep_returns), "loop/ep_lengths": np.asarray(model._ep_lengths),
+    }
+    obs = model._last_obs
+    for key, value in (obs.items() if isinstance(obs, dict) else [("", obs)]):
+        arrays[f"loop/last_obs/{key}"] = np.asarray(value)
+    env_meta = []
+    for i, recorder in enumerate(recorders(env)):
+        record, actions = recorder.snapshot()
+        env_meta.append(record)
+        arrays[f"env/{i}/actions"] = actions
+    noise = model.action_noise
+    meta = {
+        "step": model.num_timesteps,
+        "wall_time": wall_time,
+        "scalars": {k: v for k, v in vars(model).items() if type(v) in (int, float, bool) and k not in _NOT_STATE},
+        "envs": env_meta,
+        "noise": None if noise is None else {
+            "rng_state": noise.rng.bit_generator.state,
+            "noise_prev": np.asarray(getattr(noise, "noise_prev", [])).tolist(),
+        },
+        "ep_info_buffer": list(model._ep_info_buffer),
+        "ep_success_buffer": list(model._ep_success_buffer),
+    }
+    return meta, arrays
+
+
+def load_checkpoint(checkpoint: Checkpoint, env: Any, *, device: str = "auto") -> tuple[Any, float]:
+    """``(model, wall_time)``: the model of ``checkpoint`` on ``env``, ready for ``learn(..., reset_num_timesteps=False)``.
+
+    ``env`` is a fresh training env (:func:`herl.run.envs.make_training_env`); its running episodes are replayed
+    to the state they had when the checkpoint was taken.
+    """
+    from herl.training.base import OffPolicyAlgorithm
+
+    meta, arrays = read_archive(checkpoint.path / STATE_FILE, kind=STATE_KIND, max_version=STATE_VERSION)
+    model = OffPolicyAlgorithm.load(checkpoint.model_path, env=env, device=device)
+    model.load_replay_buffer(checkpoint.path / BUFFER_FILE, truncate_last_traj=False)
+    for key, value in meta["scalars"].items():
+        if type(getattr(model, key, None)) is type(value):
+            setattr(model, key, value)
+    maxlen = model._ep_info_buffer.maxlen
+    model._ep_info_buffer = deque(meta["ep_info_buffer"], maxlen=maxlen)
+    model._ep_success_buffer = deque(meta["ep_success_buffer"], maxlen=maxlen)
+    if meta["noise"] is not None and model.action_noise is not None:
+        model.action_noise.rng.bit_generator.state = meta["noise"]["rng_state"]
+        if hasattr(model.action_noise, "noise_prev"):
+            model.action_noise.noise_prev = np.asarray(meta["noise"]["noise_prev"], dtype=np.float64)
+    observations = [rec.restore(record, arrays[f"env/{i}/actions"])
+                    for i, (rec, record) in enumerate(zip(recorders(env), meta["envs"]))]
+    model._last_obs = _stack(observations)
+    saved = {k[len("loop/last_obs/"):]: v for k, v in arrays.items() if k.startswith("loop/last_obs/")}
+    if not all(np.array_equal(np.asarray(_get(model._last_obs, k)), v) for k, v in saved.items()):
+        warnings.warn("replaying the running episodes did not reproduce the saved observations (is the env "
+                      "deterministic given its seed?): training continues from the replayed state, not exactly",
+                      stacklevel=2)
+    model._ep_returns = arrays["loop/ep_returns"].copy()
+    model._ep_lengths = arrays["loop/ep_lengths"].copy()
+    model._env_was_seeded = True
+    return model, float(meta["wall_time"])
+
+
+def _stack(observations: list[Any]) -> Any:
+    if isinstance(observations[0], dict):
+        return {k: np.stack([np.asarray(o[k]) for o in observations]) for k in observations[0]}
+    return np.stack([np.asarray(o) for o in observations])
+
+
+def _get(obs: Any, key: str) -> Any:
+    return obs[key] if isinstance(obs, dict) else obs

@@ -1,0 +1,213 @@
+"""Environments for the command line: env ids that say what is wrong, and envs whose state a checkpoint can restore.
+
+An env id is checked before anything is built: ids from an optional package (gymnasium-robotics, panda-gym) import
+that package, or name the extra that installs it; unknown ids get close matches. Training envs are wrapped in
+:class:`ReplayableEnv`, which remembers how the running episode came about (the env's random generator at its reset
+and the actions since), so a fresh process can bring a fresh env to the same state by replaying them: the only way
+to restore an arbitrary gymnasium env (MuJoCo's or pybullet's state is not a gymnasium concept) that needs nothing
+of the env beyond being deterministic given its seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import difflib
+import importlib
+import importlib.util
+import inspect
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from herl.run.errors import CLIError, MissingExtraError
+from herl.training.envs import is_goal_space
+
+
+@dataclass(frozen=True)
+class Provider:
+    """An optional package that registers env ids when imported."""
+
+    module: str
+    """Module to import."""
+    package: str
+    """Its name on PyPI."""
+    extra: str
+    """The herl extra that installs it."""
+    prefixes: tuple[str, ...]
+    """Env ids it registers start with one of these."""
+
+
+PROVIDERS = (
+    Provider("gymnasium_robotics", "gymnasium-robotics", "robotics",
+             ("Fetch", "HandReach", "HandManipulate", "AdroitHand", "PointMaze", "AntMaze", "FrankaKitchen")),
+    Provider("panda_gym", "panda-gym", "panda", ("Panda",)),
+)
+
+
+def _provider_for(env_id: str) -> Provider | None:
+    return next((p for p in PROVIDERS if env_id.startswith(p.prefixes)), None)
+
+
+def load_provider(provider: Provider) -> None:
+    """Import ``provider`` so that its env ids are registered; MissingExtraError when it is not installed."""
+    try:
+        # gymnasium-robotics prints a notice about AdroitHand v1 rewards on import, whatever env is used:
+        # keep it out of the CLI's output.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            module = importlib.import_module(provider.module)
+    except ImportError as err:
+        if err.name is not None and err.name != provider.module and not provider.module.startswith(err.name):
+            raise  # the package is there but broken: show the real error
+        raise MissingExtraError(f"envs starting with {'/'.join(provider.prefixes)}", provider.package, provider.extra) from err
+    if provider.module == "gymnasium_robotics":
+        gym.register_envs(module)
+
+
+def resolve_env_id(env_id: str) -> str:
+    """Check that ``env_id`` is registered with gymnasium, importing the optional package that provides it."""
+    if env_id in gym.envs.registry:
+        return env_id
+    provider = _provider_for(env_id)
+    if provider is not None:
+        load_provider(provider)
+        if env_id in gym.envs.registry:
+            return env_id
+    for other in PROVIDERS:  # so that close matches include their ids
+        with contextlib.suppress(MissingExtraError):
+            load_provider(other)
+    known = list(gym.envs.registry)
+    by_lower = {k.lower(): k for k in known}
+    matches = [by_lower[m] for m in difflib.get_close_matches(env_id.lower(), list(by_lower), n=5, cutoff=0.6)]
+    hint = f"; did you mean {', '.join(matches)}?" if matches else ""
+    missing = [p for p in PROVIDERS if not _importable(p.module)]
+    extras = "".join(f"\n  ({'/'.join(p.prefixes)} envs need pip install 'herl[{p.extra}]')" for p in missing)
+    raise CLIError(f"unknown env id {env_id!r}{hint}\n  (`herl list` shows the envs with a preset){extras}")
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mode: str | None = None) -> gym.Env:
+    """``gym.make(env_id, **env_kwargs)``, with an error naming the accepted arguments when one is wrong."""
+    env_id = resolve_env_id(env_id)
+    kwargs = dict(env_kwargs or {})
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    try:
+        return gym.make(env_id, **kwargs)
+    except TypeError as err:
+        if "argument" not in str(err):
+            raise
+        params = constructor_arguments(env_id)
+        given = ", ".join(f"env.{k}" for k in env_kwargs or {})
+        raise CLIError(
+            f"{env_id} rejected {given or 'its arguments'} ({err}); its constructor takes: "
+            f"{', '.join(params) or 'no arguments'} (set them with --set env.NAME=VALUE)"
+        ) from err
+
+
+def constructor_arguments(env_id: str) -> list[str]:
+    """Names of the keyword arguments of ``env_id``'s constructor (and gym.make's ``max_episode_steps``)."""
+    spec = gym.spec(env_id)
+    try:
+        creator = gym.envs.registration.load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+        params = inspect.signature(creator).parameters.values()
+    except (ValueError, TypeError, ImportError, AttributeError):
+        return ["max_episode_steps"]
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+    return [*names, "max_episode_steps"] if "max_episode_steps" not in names else names
+
+
+def is_goal_env(env: gym.Env) -> bool:
+    return is_goal_space(env.observation_space)
+
+
+def check_her_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
+    """Raise a CLIError saying what is missing if ``env_id`` cannot be trained with HER."""
+    from herl.envs import GoalEnvError, check_goal_env
+
+    env = make_env(env_id, env_kwargs)
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        check_goal_env(env, n_steps=10, warn=False)
+    except GoalEnvError as err:
+        raise CLIError(f"{env_id} cannot be trained with HER: {err}.\n  Train it without HER (--no-her), or make it a "
+                       "goal env (see docs/envs.md; `herl check-env ID` runs the full check)") from err
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Envs a checkpoint can restore
+
+
+class ReplayableEnv(gym.Wrapper):
+    """Records the running episode's start (the reset seed, or the env's generator state before an unseeded reset)
+    and its actions, so that :meth:`restore` can rebuild the same state in a fresh env.
+
+    Put it outermost, around gymnasium's ``TimeLimit``, so that replaying also counts the steps towards the limit.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.reset_seed: int | None = None
+        self.reset_rng_state: dict[str, Any] | None = None
+        self.actions: list[np.ndarray] = []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if options is not None:
+            raise ValueError("ReplayableEnv does not record reset options; reset without them")
+        self.reset_seed = seed
+        self.reset_rng_state = None if seed is not None else copy.deepcopy(self.unwrapped.np_random.bit_generator.state)
+        self.actions = []
+        return self.env.reset(seed=seed)
+
+    def step(self, action: Any):
+        self.actions.append(np.array(action, copy=True))
+        return self.env.step(action)
+
+    def snapshot(self) -> tuple[dict[str, Any], np.ndarray]:
+        """``(meta, actions)``: JSON-able record of the episode's start, and its actions stacked."""
+        space = self.action_space
+        shape = () if isinstance(space, gym.spaces.Discrete) else space.shape
+        actions = np.stack(self.actions) if self.actions else np.zeros((0, *shape), dtype=space.dtype or np.int64)
+        return {"reset_seed": self.reset_seed, "reset_rng_state": self.reset_rng_state}, actions
+
+    def restore(self, meta: dict[str, Any], actions: np.ndarray) -> Any:
+        """Replay the recorded episode in this env; returns the observation it ends at."""
+        if meta["reset_seed"] is not None:
+            obs, _ = self.env.reset(seed=meta["reset_seed"])
+        else:
+            self.unwrapped.np_random.bit_generator.state = meta["reset_rng_state"]
+            obs, _ = self.env.reset()
+        for action in actions:
+            obs, _, terminated, truncated, _ = self.env.step(action)
+            if terminated or truncated:
+                raise RuntimeError("the replayed episode ended early: the env is not deterministic given its seed")
+        self.reset_seed, self.reset_rng_state = meta["reset_seed"], meta["reset_rng_state"]
+        self.actions = [np.array(a, copy=True) for a in actions]
+        return obs
+
+
+def make_training_env(env_id: str, env_kwargs: dict[str, Any] | None, n_envs: int) -> gym.Env | SyncVectorEnv:
+    """A :class:`ReplayableEnv`, or ``n_envs`` of them in a SAME_STEP vector env (the loop stores true final states)."""
+    if n_envs == 1:
+        return ReplayableEnv(make_env(env_id, env_kwargs))
+    make_env(env_id, env_kwargs).close()  # report a bad id or argument once, here, not from inside the vector env
+    return SyncVectorEnv([lambda: ReplayableEnv(make_env(env_id, env_kwargs)) for _ in range(n_envs)],
+                         autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def recorders(env: gym.Env | SyncVectorEnv) -> list[ReplayableEnv]:
+    """The :class:`ReplayableEnv` of each env of a training env."""
+    envs = env.envs if isinstance(env, SyncVectorEnv) else [env]
+    if not all(isinstance(e, ReplayableEnv) for e in envs):
+        raise TypeError("checkpoints need envs made by make_training_env (wrapped in ReplayableEnv)")
+    return list(envs)

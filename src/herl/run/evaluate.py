@@ -1,0 +1,144 @@
+"""``herl eval``: success rate, return and episode length of saved models, and a video where the env renders."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from herl.run.checkpoint import MODEL_FILE, latest_checkpoint
+from herl.run.envs import make_env
+from herl.run.errors import CLIError, MissingExtraError
+from herl.run.train import CONFIG_FILE, find_seed_runs, read_config
+
+
+@dataclass(frozen=True)
+class ModelToEvaluate:
+    name: str
+    """How the table names it."""
+    path: Path
+    """The model file."""
+    env: str | None
+    """Env id from the run's config, if it came from a run folder."""
+    env_kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    name: str
+    episodes: int
+    success_rate: float | None
+    mean_return: float
+    std_return: float
+    mean_length: float
+
+
+def find_models(target: Path) -> list[ModelToEvaluate]:
+    """The models at ``target``: a model file, a run folder (its model.zip, else its latest checkpoint), or a folder
+    of seed runs (each of them)."""
+    target = Path(target)
+    if target.is_file():
+        config_path = target.parent / CONFIG_FILE
+        config = read_config(target.parent) if config_path.exists() else None
+        return [ModelToEvaluate(str(target), target, config and config.env, dict(config.env_kwargs) if config else {})]
+    if not target.exists():
+        raise CLIError(f"no such model file or run folder: {target}")
+    models = []
+    for run in find_seed_runs(target):
+        config = read_config(run)
+        path = run / MODEL_FILE
+        if not path.exists():
+            checkpoint = latest_checkpoint(run)
+            if checkpoint is None:
+                raise CLIError(f"{run} has neither {MODEL_FILE} nor a checkpoint yet: nothing to evaluate")
+            path = checkpoint.model_path
+        models.append(ModelToEvaluate(run.name if run != target else str(run), path, config.env, dict(config.env_kwargs)))
+    return models
+
+
+def load_model(path: Path, device: str = "auto") -> Any:
+    from herl.io.archive import ArchiveError
+    from herl.training.base import OffPolicyAlgorithm
+
+    try:
+        return OffPolicyAlgorithm.load(path, device=device)
+    except ArchiveError as err:
+        raise CLIError(str(err)) from err
+
+
+def evaluate(model: Any, env_id: str, env_kwargs: dict[str, Any], *, episodes: int, deterministic: bool, seed: int,
+             name: str) -> EvalResult:
+    from herl.training.evaluation import evaluate_policy
+
+    env = make_env(env_id, env_kwargs)
+    try:
+        _check_spaces(model, env, env_id)
+        rewards, lengths, successes = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=deterministic,
+                                                      return_episode_rewards=True, return_success_rate=True, seed=seed)
+    finally:
+        env.close()
+    return EvalResult(name, len(rewards), float(np.mean(successes)) if successes else None, float(np.mean(rewards)),
+                      float(np.std(rewards)), float(np.mean(lengths)))
+
+
+def _check_spaces(model: Any, env: Any, env_id: str) -> None:
+    if env.observation_space != model.observation_space or env.action_space != model.action_space:
+        raise CLIError(f"the model was not trained on {env_id}: its spaces differ from the env's (observation "
+                       f"{model.observation_space} vs {env.observation_space}); pass the right --env")
+
+
+def record_video(model: Any, env_id: str, env_kwargs: dict[str, Any], path: Path, *, episodes: int,
+                 deterministic: bool, seed: int) -> str:
+    """Write ``episodes`` episodes to ``path`` (mp4 or gif); returns a line saying what was written or why not."""
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        return f"no video: {MissingExtraError('writing videos', 'imageio', 'video')}"
+    if path.suffix.lower() not in (".mp4", ".gif"):
+        return f"no video: {path} should end in .mp4 or .gif"
+    if "DISPLAY" not in os.environ:
+        # MuJoCo's default GLFW backend needs a display; EGL renders headless on a GPU or Mesa.
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+    try:
+        env = make_env(env_id, env_kwargs, render_mode="rgb_array")
+    except CLIError:
+        raise
+    except Exception as err:  # envs reject render_mode in many ways
+        return f"no video: {env_id} cannot render rgb_array frames ({type(err).__name__}: {err})"
+    frames = []
+    try:
+        _check_spaces(model, env, env_id)
+        obs, _ = env.reset(seed=seed)
+        for _ in range(episodes):
+            frames.append(env.render())
+            done = False
+            while not done:
+                action, _ = model.predict(obs, deterministic=deterministic)
+                obs, _, terminated, truncated, _ = env.step(action)
+                frames.append(env.render())
+                done = terminated or truncated
+            obs, _ = env.reset()
+    except CLIError:
+        raise
+    except Exception as err:
+        return (f"no video: rendering {env_id} failed ({type(err).__name__}: {err}); for MuJoCo envs without a "
+                "display try MUJOCO_GL=egl or MUJOCO_GL=osmesa")
+    finally:
+        env.close()
+    if not frames or frames[0] is None:
+        return f"no video: {env_id} returned no frames from render()"
+    fps = env.metadata.get("render_fps") or 30
+    try:
+        if path.suffix.lower() == ".mp4":
+            imageio.mimsave(path, frames, fps=fps, macro_block_size=1)
+        else:
+            imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
+    except (ImportError, ValueError, RuntimeError) as err:
+        if path.suffix.lower() == ".mp4":
+            return (f"no video: writing mp4 needs imageio-ffmpeg ({err}): pip install 'herl[video]', or write a .gif")
+        return f"no video: {err}"
+    return f"video: {path} ({episodes} episode(s), {len(frames)} frames)"

@@ -1,0 +1,113 @@
+"""``herl plot``: learning curves of runs, the mean over seeds with their spread, several runs on one figure."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from herl.run.errors import CLIError, MissingExtraError
+from herl.run.runlog import STEP_KEY, WALL_KEY
+from herl.run.train import find_seed_runs, read_config
+
+X_KEYS = {"steps": STEP_KEY, "time": WALL_KEY}
+
+
+def read_progress(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's metric over x, one array pair per seed."""
+
+    label: str
+    seeds: list[tuple[np.ndarray, np.ndarray]]
+
+
+def load_curve(run: Path, metric: str, x: str, label: str | None = None) -> Curve:
+    """The curves of the seed runs in ``run`` (a run folder or a folder of them)."""
+    seeds = []
+    columns: set[str] = set()
+    for seed_run in find_seed_runs(run):
+        rows = read_progress(seed_run / "progress.csv")
+        columns.update(*(r.keys() for r in rows))
+        points = [(float(r[X_KEYS[x]]), float(r[metric])) for r in rows if r.get(metric) and r.get(X_KEYS[x])]
+        if points:
+            xs, ys = np.array(points).T
+            seeds.append((xs, ys))
+    if not seeds:
+        known = sorted(c for c in columns if c != X_KEYS[x]) or ["(progress.csv is empty)"]
+        raise CLIError(f"{run} has no values of {metric!r}; its progress.csv has: {', '.join(known)}")
+    return Curve(label or _default_label(run), seeds)
+
+
+def _default_label(run: Path) -> str:
+    config = read_config(find_seed_runs(run)[0])
+    name = run.resolve().name
+    return f"{name} ({config.algo}{'+HER' if config.her else ''})"
+
+
+def summarize(curve: Curve, band: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, mean, low, high)`` over seeds; each seed is interpolated onto the union of x values within its range."""
+    grid = np.unique(np.concatenate([xs for xs, _ in curve.seeds]))
+    values = np.full((len(curve.seeds), len(grid)), np.nan)
+    for i, (xs, ys) in enumerate(curve.seeds):
+        inside = (grid >= xs[0]) & (grid <= xs[-1])
+        values[i, inside] = np.interp(grid[inside], xs, ys)
+    keep = ~np.all(np.isnan(values), axis=0)
+    grid, values = grid[keep], values[:, keep]
+    mean = np.nanmean(values, axis=0)
+    if band == "std":
+        std = np.nanstd(values, axis=0)
+        return grid, mean, mean - std, mean + std
+    if band == "minmax":
+        return grid, mean, np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+    return grid, mean, mean, mean
+
+
+def plot_runs(runs: list[Path], output: Path, *, metric: str = "eval/success_rate", x: str = "steps",
+              band: str = "minmax", labels: list[str] | None = None, title: str | None = None) -> Path:
+    """Draw the runs' curves on one figure and save it to ``output`` (PNG, SVG or PDF, by its suffix)."""
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise MissingExtraError("herl plot", "matplotlib", "plot") from err
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    if labels and len(labels) != len(runs):
+        raise CLIError(f"give one --label per run: {len(runs)} run(s), {len(labels)} label(s)")
+    curves = [load_curve(run, metric, x, labels[i] if labels else None) for i, run in enumerate(runs)]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    scale, x_label = (1.0, "env steps") if x == "steps" else (1 / 60, "wall time (minutes)")
+    for curve, color in zip(curves, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 10):
+        grid, mean, low, high = summarize(curve, band)
+        n = len(curve.seeds)
+        ax.plot(grid * scale, mean, color=color, lw=2, label=f"{curve.label}, {n} seed{'s' if n > 1 else ''}")
+        if n > 1 and band != "none":
+            ax.fill_between(grid * scale, low, high, color=color, alpha=0.2, lw=0)
+    if metric.endswith("success_rate"):
+        ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(metric)
+    spread = {"minmax": "min-max over seeds", "std": "±1 std over seeds", "none": ""}[band]
+    ax.set_title(title or _title(runs, metric, spread))
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output)
+    plt.close(fig)
+    return output
+
+
+def _title(runs: list[Path], metric: str, spread: str) -> str:
+    envs = sorted({read_config(find_seed_runs(run)[0]).env for run in runs})
+    text = f"{', '.join(envs)}: {metric}"
+    return f"{text} (mean, band: {spread})" if spread else text

@@ -1,0 +1,313 @@
+"""Training runs: a run folder per seed, periodic evaluations and checkpoints, resume, several seeds in parallel.
+
+A run folder (one seed) holds ``config.json`` (the resolved :class:`~herl.run.config.TrainConfig`),
+``progress.csv`` and TensorBoard events, ``checkpoints/``, and at the end ``model.zip`` and ``summary.json``.
+``herl train`` puts the seeds of one command in ``RUN_DIR/seed_<S>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from herl.run.checkpoint import (
+    MODEL_FILE,
+    atomic_write_text,
+    latest_checkpoint,
+    load_checkpoint,
+    remove_partial_checkpoints,
+    write_checkpoint,
+)
+from herl.run.config import TrainConfig, algorithm_class
+from herl.run.envs import make_env, make_training_env
+from herl.run.errors import CLIError
+from herl.run.progress import Progress
+from herl.run.runlog import RunLogger, open_run_logger
+from herl.training.callbacks import BaseCallback
+
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+SUCCESS_THRESHOLD = 0.95
+# A buffer larger than the run's steps never fills: cap it there (saves memory and checkpoint size) but not below
+# this, so short runs can still be extended with --resume --timesteps.
+MIN_BUFFER = 10_000
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """How a run went; written to ``summary.json``."""
+
+    run_dir: str
+    seed: int
+    steps: int
+    wall_time: float
+    final_success: float | None
+    best_success: float | None
+    first_step_at_threshold: int | None
+    """First evaluation step with success rate >= :data:`SUCCESS_THRESHOLD`."""
+    final_mean_reward: float | None
+
+
+def build_model(config: TrainConfig, env: Any) -> Any:
+    """The algorithm of ``config`` on ``env``, with its replay buffer, noise and networks."""
+    from gymnasium import spaces
+
+    from herl.buffers import HerReplayBuffer
+    from herl.training.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+
+    cls = algorithm_class(config.algo)
+    kwargs: dict[str, Any] = dict(config.hyperparameters)
+    buffer_size = kwargs.get("buffer_size", cls.config_class.buffer_size)
+    kwargs["buffer_size"] = int(min(buffer_size, max(config.timesteps, MIN_BUFFER)))
+    if config.her is not None:
+        her = config.her
+        kwargs["replay_buffer_class"] = HerReplayBuffer
+        kwargs["replay_buffer_kwargs"] = {"n_sampled_goal": her.n_sampled_goal, "goal_selection_strategy": her.strategy,
+                                          "online_sampling": her.online_sampling, "copy_info_dict": her.copy_info_dict}
+    action_space = env.single_action_space if hasattr(env, "single_action_space") else env.action_space
+    if config.noise.type != "none":
+        if not isinstance(action_space, spaces.Box):
+            raise CLIError(f"noise.type={config.noise.type} needs a continuous (Box) action space; set noise.type=none")
+        n = int(np.prod(action_space.shape))
+        noise_cls = NormalActionNoise if config.noise.type == "normal" else OrnsteinUhlenbeckActionNoise
+        kwargs["action_noise"] = noise_cls(np.zeros(n), config.noise.sigma * np.ones(n))
+    observation_space = env.single_observation_space if hasattr(env, "single_observation_space") else env.observation_space
+    policy = "MultiInputPolicy" if isinstance(observation_space, spaces.Dict) else "MlpPolicy"
+    try:
+        return cls(policy, env, seed=config.seed, device=config.device, policy_kwargs=config.policy.to_policy_kwargs(),
+                   **kwargs)
+    except (ValueError, TypeError) as err:
+        raise CLIError(f"cannot build {cls.__name__} for {config.env}: {err}") from err
+
+
+def check_algorithm_fits(algo: str, env_id: str, action_space: Any) -> None:
+    """DQN needs discrete actions, the others continuous ones: say which to use instead."""
+    from gymnasium import spaces
+
+    discrete = isinstance(action_space, spaces.Discrete)
+    if algo == "dqn" and not discrete:
+        raise CLIError(f"dqn needs a Discrete action space; {env_id}'s is {action_space}: use --algo sac, td3 or ddpg")
+    if algo != "dqn" and not isinstance(action_space, spaces.Box):
+        hint = "use --algo dqn" if discrete else "herl's algorithms take Discrete (dqn) or Box (ddpg, td3, sac) actions"
+        raise CLIError(f"{algo} needs a continuous (Box) action space; {env_id}'s is {action_space}: {hint}")
+
+
+class RunCallback(BaseCallback):
+    """Evaluations and checkpoints at rollout starts (after the previous rollout's updates), and the progress display.
+
+    Evaluations run on their own env, reset with a seed made of the run's seed and the step, so they never touch
+    the training state and a resumed run evaluates as the uninterrupted one would.
+    """
+
+    def __init__(self, *, config: TrainConfig, run_dir: Path, eval_env: Any, progress: Progress, fresh: bool) -> None:
+        super().__init__()
+        self.config, self.run_dir, self.eval_env, self.progress, self.fresh = config, run_dir, eval_env, progress, fresh
+        self.history: list[tuple[int, float | None, float]] = []  # (step, success rate, mean reward)
+        self._next_eval = self._next_checkpoint = 0
+
+    @property
+    def run_logger(self) -> RunLogger:
+        return self.model.logger
+
+    def _on_training_start(self) -> None:
+        step = self.model.num_timesteps
+        if self.fresh and self.config.eval.freq:
+            self.evaluate()
+        self._next_eval = _next_multiple(step, self.config.eval.freq)
+        self._next_checkpoint = _next_multiple(step, self.config.checkpoint.freq)
+
+    def _on_rollout_start(self) -> None:
+        step = self.model.num_timesteps
+        if self.config.eval.freq and step >= self._next_eval:
+            self.evaluate()
+            self._next_eval = _next_multiple(step, self.config.eval.freq)
+        if self.config.checkpoint.freq and step >= self._next_checkpoint:
+            self.checkpoint()
+            self._next_checkpoint = _next_multiple(step, self.config.checkpoint.freq)
+
+    def _on_step(self) -> bool:
+        self.progress.update(self.model.num_timesteps)
+        return True
+
+    def evaluate(self) -> None:
+        from herl.training.evaluation import evaluate_policy
+
+        step = self.model.num_timesteps
+        seed = int(np.random.SeedSequence([self.config.seed, step]).generate_state(1)[0])
+        rewards, lengths, successes = evaluate_policy(
+            self.model, self.eval_env, n_eval_episodes=self.config.eval.episodes,
+            deterministic=self.config.eval.deterministic, return_episode_rewards=True, return_success_rate=True,
+            seed=seed,
+        )
+        success = float(np.mean(successes)) if successes else None
+        logger = self.run_logger
+        logger.record("eval/mean_reward", float(np.mean(rewards)))
+        logger.record("eval/mean_ep_length", float(np.mean(lengths)))
+        if success is not None:
+            logger.record("eval/success_rate", success)
+        logger.dump(step)
+        self.history.append((step, success, float(np.mean(rewards))))
+        self.progress.set_success(success)
+
+    def checkpoint(self) -> None:
+        write_checkpoint(self.run_dir, self.model, self.model.get_env(), wall_time=self.run_logger.wall_time(),
+                         keep=self.config.checkpoint.keep)
+
+
+def _next_multiple(step: int, freq: int) -> int:
+    return (step // freq + 1) * freq if freq else 0
+
+
+def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int | None, wall_time_before: float,
+           progress_mode: str, position: int) -> RunSummary:
+    """Train ``model`` to ``config.timesteps``; evaluate, checkpoint, save ``model.zip`` and ``summary.json``."""
+    fresh = resume_step is None
+    logger = open_run_logger(run_dir, resume_step=resume_step, wall_time_before=wall_time_before)
+    model.set_logger(logger)
+    eval_env = make_env(config.env, dict(config.env_kwargs))
+    progress = Progress(total=config.timesteps, initial=model.num_timesteps, label=f"seed {config.seed}",
+                        mode=progress_mode, position=position)
+    callback = RunCallback(config=config, run_dir=run_dir, eval_env=eval_env, progress=progress, fresh=fresh)
+    callback.history = _eval_history(run_dir) if not fresh else []
+    try:
+        model.learn(config.timesteps - model.num_timesteps, callback=callback, log_interval=config.log_interval,
+                    reset_num_timesteps=fresh)
+        if config.eval.freq and (not callback.history or callback.history[-1][0] != model.num_timesteps):
+            callback.evaluate()
+        callback.checkpoint()
+        model.save(run_dir / MODEL_FILE)
+    finally:
+        progress.close()
+        logger.close()
+        eval_env.close()
+    summary = _summarize(run_dir, config, model.num_timesteps, logger.wall_time(), callback.history)
+    atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(dataclasses.asdict(summary), indent=1))
+    return summary
+
+
+def _eval_history(run_dir: Path) -> list[tuple[int, float | None, float]]:
+    """The evaluations a resumed run already logged, from progress.csv."""
+    from herl.run.plot import read_progress
+
+    rows = read_progress(run_dir / "progress.csv")
+    history = []
+    for row in rows:
+        if row.get("eval/mean_reward") not in (None, ""):
+            success = row.get("eval/success_rate")
+            history.append((int(float(row["time/total_timesteps"])), float(success) if success else None,
+                            float(row["eval/mean_reward"])))
+    return history
+
+
+def _summarize(run_dir: Path, config: TrainConfig, steps: int, wall_time: float,
+               history: list[tuple[int, float | None, float]]) -> RunSummary:
+    successes = [(step, s) for step, s, _ in history if s is not None]
+    reached = [step for step, s in successes if s >= SUCCESS_THRESHOLD]
+    return RunSummary(
+        run_dir=str(run_dir), seed=config.seed, steps=steps, wall_time=round(wall_time, 2),
+        final_success=successes[-1][1] if successes else None,
+        best_success=max(s for _, s in successes) if successes else None,
+        first_step_at_threshold=reached[0] if reached else None,
+        final_mean_reward=history[-1][2] if history else None,
+    )
+
+
+def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", position: int = 0) -> RunSummary:
+    """Train a new run of ``config`` in ``run_dir`` (created; it must not hold a run already)."""
+    run_dir = Path(run_dir)
+    if (run_dir / CONFIG_FILE).exists():
+        raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume {run_dir}`, or choose "
+                       "another --run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return _start(config, run_dir, progress=progress, position=position)
+
+
+def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int) -> RunSummary:
+    torch.set_num_threads(config.threads)
+    env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
+    model = build_model(config, env)
+    resolved = dataclasses.replace(config, hyperparameters=model.config.to_json())
+    atomic_write_text(run_dir / CONFIG_FILE, json.dumps(resolved.to_json(), indent=1))
+    try:
+        return _train(model, resolved, run_dir, resume_step=None, wall_time_before=0.0, progress_mode=progress,
+                      position=position)
+    finally:
+        env.close()
+
+
+def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "auto", position: int = 0) -> RunSummary:
+    """Continue the run in ``run_dir`` from its latest checkpoint (to ``timesteps`` if given)."""
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    remove_partial_checkpoints(run_dir)
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:  # stopped before its first checkpoint: the same seed makes the same run from scratch
+        for stale in [*run_dir.glob("events.out.tfevents.*"), run_dir / "progress.csv"]:
+            stale.unlink(missing_ok=True)
+        if timesteps is not None:
+            config = dataclasses.replace(config, timesteps=timesteps)
+        return _start(config, run_dir, progress=progress, position=position)
+    if timesteps is not None and timesteps != config.timesteps:
+        if timesteps < checkpoint.step:
+            raise CLIError(f"{run_dir} has trained {checkpoint.step} steps already, more than --timesteps {timesteps}")
+        config = dataclasses.replace(config, timesteps=timesteps)
+        atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config.to_json(), indent=1))
+    summary_path = run_dir / SUMMARY_FILE
+    if checkpoint.step >= config.timesteps and summary_path.exists():
+        return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
+    torch.set_num_threads(config.threads)
+    env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
+    try:
+        model, wall_time = load_checkpoint(checkpoint, env, device=config.device)
+        return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
+                      progress_mode=progress, position=position)
+    finally:
+        env.close()
+
+
+def read_config(run_dir: Path) -> TrainConfig:
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        raise CLIError(f"{run_dir} is not a run folder (it has no {CONFIG_FILE})")
+    return TrainConfig.from_json(json.loads(path.read_text(encoding="utf-8")))
+
+
+def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list[RunSummary]:
+    """Call each ``(function, kwargs)``: one after another, or in ``n_workers`` processes."""
+    if n_workers <= 1 or len(jobs) == 1:
+        return [fn(**kwargs) for fn, kwargs in jobs]
+    n_workers = min(n_workers, len(jobs))
+    context = multiprocessing.get_context("spawn")  # fork after torch has started threads can deadlock
+    with ProcessPoolExecutor(max_workers=n_workers, mp_context=context) as pool:
+        futures = [pool.submit(fn, **kwargs, position=i) for i, (fn, kwargs) in enumerate(jobs)]
+        return [f.result() for f in futures]
+
+
+def find_seed_runs(path: Path) -> list[Path]:
+    """The run folders (those with a config.json) at ``path`` or one level below it."""
+    path = Path(path)
+    if (path / CONFIG_FILE).exists():
+        return [path]
+    runs = sorted((p for p in path.iterdir() if (p / CONFIG_FILE).exists()), key=_seed_order) if path.is_dir() else []
+    if not runs:
+        raise CLIError(f"{path} is not a run folder: it holds no {CONFIG_FILE}, nor folders that do")
+    return runs
+
+
+def _seed_order(path: Path) -> tuple[int, str]:
+    suffix = path.name.rpartition("_")[2]
+    return (int(suffix) if suffix.isdigit() else 1 << 30, path.name)
+
+
+def default_run_dir(env_id: str, algo: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{env_id.replace('/', '_')}_{algo}_{stamp}"

@@ -1,0 +1,280 @@
+"""The herl command: every subcommand on tiny budgets, the errors it gives, and exact resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from herl.cli import main
+from herl.run.checkpoint import latest_checkpoint, load_checkpoint, write_checkpoint
+from herl.run.config import build_config
+from herl.run.envs import make_training_env
+from herl.run.presets import load_presets
+from herl.training.base import OffPolicyAlgorithm
+
+# A run that takes a second or two: bit flipping, 8 bits, learning from step 100, evaluation and checkpoints
+# every 100 steps.
+TINY = ["--env", "herl/BitFlipping-v0", "--timesteps", "300", "--progress", "off", "--set", "env.n_bits=8",
+        "--set", "learning_starts=100", "--set", "eval.freq=100", "--set", "eval.episodes=5",
+        "--set", "checkpoint.freq=100", "--set", "policy.net_arch=[32,32]", "--set", "batch_size=32",
+        "--set", "log_interval=5"]
+
+
+def herl(*args: str | os.PathLike) -> int:
+    return main([str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run of two seeds, trained in two processes."""
+    run_dir = tmp_path_factory.mktemp("runs") / "bits"
+    assert herl("train", *TINY, "--seed", "0", "1", "--jobs", "2", "--run-dir", run_dir) == 0
+    return run_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# train
+
+
+def test_train_writes_a_run_folder_per_seed(two_seeds: Path) -> None:
+    for seed in (0, 1):
+        run = two_seeds / f"seed_{seed}"
+        config = json.loads((run / "config.json").read_text())
+        assert config["algo"] == "dqn" and config["seed"] == seed and config["env_kwargs"] == {"n_bits": 8}
+        assert config["hyperparameters"]["learning_starts"] == 100  # resolved: every hyperparameter is there
+        assert config["hyperparameters"]["double_q"] is True  # from the preset
+        assert config["her"] == {"strategy": "future", "n_sampled_goal": 4, "online_sampling": True,
+                                 "copy_info_dict": False}
+        for name in ("model.zip", "progress.csv", "summary.json", "checkpoints/latest.json"):
+            assert (run / name).exists(), name
+        assert list(run.glob("events.out.tfevents.*"))
+        header = (run / "progress.csv").read_text().splitlines()[0].split(",")
+        assert {"eval/success_rate", "time/total_timesteps", "time/wall_time", "rollout/success_rate"} <= set(header)
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["steps"] == 300 and 0.0 <= summary["final_success"] <= 1.0
+        assert latest_checkpoint(run).step == 300
+        assert len(list((run / "checkpoints").glob("step_*"))) == 2  # checkpoint.keep
+
+
+def test_seeds_differ(two_seeds: Path) -> None:
+    a = OffPolicyAlgorithm.load(two_seeds / "seed_0" / "model.zip").get_parameters()["q_net"]
+    b = OffPolicyAlgorithm.load(two_seeds / "seed_1" / "model.zip").get_parameters()["q_net"]
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_train_refuses_to_overwrite_a_run(two_seeds: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("train", *TINY, "--run-dir", two_seeds) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_without_algo_the_preset_chooses_and_flags_override_it(tmp_path: Path) -> None:
+    assert herl("train", *TINY, "--timesteps", "120", "--her", "final:2", "--run-dir", tmp_path) == 0
+    config = json.loads((tmp_path / "seed_0" / "config.json").read_text())
+    assert config["algo"] == "dqn" and config["preset"] == "bit_flipping" and config["timesteps"] == 120
+    assert config["her"]["strategy"] == "final" and config["her"]["n_sampled_goal"] == 2
+
+
+def test_no_her_trains_with_plain_replay(tmp_path: Path) -> None:
+    assert herl("train", *TINY, "--timesteps", "120", "--no-her", "--run-dir", tmp_path) == 0
+    assert json.loads((tmp_path / "seed_0" / "config.json").read_text())["her"] is None
+
+
+def test_continuous_algorithms_train(tmp_path: Path) -> None:
+    for algo in ("sac", "td3", "ddpg"):
+        assert herl("train", "--algo", algo, "--env", "herl/PointReach-v0", "--timesteps", "150", "--progress", "off",
+                    "--set", "learning_starts=50", "--set", "eval.freq=100", "--set", "eval.episodes=2",
+                    "--set", "batch_size=32", "--run-dir", tmp_path / algo) == 0
+        config = json.loads((tmp_path / algo / "seed_0" / "config.json").read_text())
+        assert config["algo"] == algo and config["preset"] == "point_reach"
+        assert config["noise"]["type"] == ("none" if algo == "sac" else "normal")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# resume
+
+
+def test_resume_after_sigkill_continues_exactly(tmp_path: Path) -> None:
+    """Killed with SIGKILL after a checkpoint, then resumed: same steps, same weights as a run never interrupted."""
+    args = [*TINY, "--timesteps", "1500", "--set", "checkpoint.freq=150", "--set", "eval.freq=500"]
+    assert herl("train", *args, "--run-dir", tmp_path / "whole") == 0
+
+    command = [sys.executable, "-m", "herl", "train", *args, "--run-dir", str(tmp_path / "killed")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run = tmp_path / "killed" / "seed_0"
+    deadline = time.monotonic() + 120
+    while (checkpoint := latest_checkpoint(run) if (run / "checkpoints").exists() else None) is None or checkpoint.step < 300:
+        assert process.poll() is None, process.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (run / "model.zip").exists(), "the run finished before it was killed: make it longer"
+    killed_at = latest_checkpoint(run).step
+    assert 300 <= killed_at < 1500
+
+    assert herl("train", "--resume", tmp_path / "killed", "--progress", "off") == 0
+    whole = OffPolicyAlgorithm.load(tmp_path / "whole" / "seed_0" / "model.zip")
+    resumed = OffPolicyAlgorithm.load(run / "model.zip")
+    assert resumed.num_timesteps == whole.num_timesteps == 1500
+    assert resumed._n_updates == whole._n_updates and resumed._episode_num == whole._episode_num
+    for name, state in whole.get_parameters().items():
+        if not name.endswith(".optimizer"):
+            for key, tensor in state.items():
+                assert torch.equal(tensor, resumed.get_parameters()[name][key]), f"{name}.{key}"
+    # the evaluations logged after the resume are those of the uninterrupted run
+    evals = [_eval_rows(tmp_path / name / "seed_0") for name in ("whole", "killed")]
+    assert evals[0] == evals[1] and len(evals[0]) == 4
+
+
+def _eval_rows(run: Path) -> list[tuple[str, str]]:
+    import csv
+
+    with open(run / "progress.csv") as f:
+        return [(r["time/total_timesteps"], r["eval/mean_reward"]) for r in csv.DictReader(f) if r["eval/mean_reward"]]
+
+
+def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path, tmp_path: Path) -> None:
+    assert herl("train", *TINY, "--run-dir", tmp_path) == 0
+    before = (tmp_path / "seed_0" / "model.zip").stat().st_mtime_ns
+    assert herl("train", "--resume", tmp_path, "--progress", "off") == 0
+    assert (tmp_path / "seed_0" / "model.zip").stat().st_mtime_ns == before
+    assert herl("train", "--resume", tmp_path / "seed_0", "--timesteps", "400", "--progress", "off") == 0
+    assert OffPolicyAlgorithm.load(tmp_path / "seed_0" / "model.zip").num_timesteps == 400
+
+
+def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one(tmp_path: Path) -> None:
+    config = build_config(algo="dqn", env="herl/BitFlipping-v0", seed=0, goal_env=True, preset=None,
+                          layers=[("test", {"env.n_bits": 4, "learning_starts": 10, "batch_size": 8})])
+    from herl.run.train import build_model
+
+    env = make_training_env(config.env, dict(config.env_kwargs), 1)
+    model = build_model(config, env)
+    model.learn(40)
+    first = write_checkpoint(tmp_path, model, env, wall_time=1.0)
+    model.learn(40, reset_num_timesteps=False)
+
+    def crash(path: os.PathLike) -> None:
+        Path(path).write_bytes(b"half a buffer")
+        raise OSError("disk full")
+
+    model.save_replay_buffer = crash
+    with pytest.raises(OSError):
+        write_checkpoint(tmp_path, model, env, wall_time=2.0)
+    assert latest_checkpoint(tmp_path) == first
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))  # cleaned up
+    restored, wall_time = load_checkpoint(first, make_training_env(config.env, dict(config.env_kwargs), 1))
+    assert restored.num_timesteps == 40 and wall_time == 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# eval, plot
+
+
+def test_eval_prints_a_table(two_seeds: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("eval", two_seeds, "--episodes", "4") == 0
+    out = capsys.readouterr().out
+    assert "success rate" in out and "mean return" in out and "episode length" in out
+    assert "seed_0" in out and "seed_1" in out
+
+
+def test_eval_of_a_model_file_with_a_video(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    video = tmp_path / "bits.gif"
+    assert herl("eval", two_seeds / "seed_0" / "model.zip", "--episodes", "2", "--video", video,
+                "--video-episodes", "1") == 0
+    assert video.stat().st_size > 0
+    assert "video:" in capsys.readouterr().out
+
+
+def test_eval_skips_the_video_with_a_reason(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("eval", two_seeds / "seed_0", "--episodes", "1", "--video", tmp_path / "bits.avi") == 0
+    assert "no video: " in capsys.readouterr().out
+
+
+def test_eval_of_a_bare_model_needs_the_env(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bare = tmp_path / "model.zip"
+    bare.write_bytes((two_seeds / "seed_0" / "model.zip").read_bytes())
+    assert herl("eval", bare, "--episodes", "1") == 2
+    assert "pass --env ID" in capsys.readouterr().err
+    assert herl("eval", bare, "--episodes", "1", "--env", "herl/BitFlipping-v0", "--set", "env.n_bits=8") == 0
+
+
+def test_plot_draws_a_png(two_seeds: Path, tmp_path: Path) -> None:
+    output = tmp_path / "curves.png"
+    assert herl("plot", two_seeds, "-o", output) == 0
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and output.stat().st_size > 10_000
+    assert herl("plot", two_seeds / "seed_0", two_seeds, "--x", "time", "--band", "std", "--metric",
+                "rollout/success_rate", "-o", tmp_path / "time.png") == 0
+
+
+def test_plot_names_the_metrics_it_has(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("plot", two_seeds, "--metric", "eval/sucess_rate", "-o", tmp_path / "x.png") == 2
+    assert "eval/success_rate" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# check-env, list, errors
+
+
+def test_check_env(capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("check-env", "herl/PointReach-v0") == 0
+    assert "OK" in capsys.readouterr().out
+    assert herl("check-env", "CartPole-v1") == 1
+    assert "observation_space is Box, not gymnasium.spaces.Dict" in capsys.readouterr().out
+
+
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("list") == 0
+    out = capsys.readouterr().out
+    for name in ("bit_flipping", "point_reach", "fetch_reach", "fetch_push", "panda_reach", "sac", "dqn", "future",
+                 "episode"):
+        assert name in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--env", "herl/BitFlip-v0"], "did you mean herl/BitFlipping-v0"),
+        (["train", "--env", "CartPole-v1", "--her", "future:4"], "CartPole-v1 cannot be trained with HER: observation_space is Box"),
+        (["train", "--env", "PandaReach-v3"], "pip install 'herl[panda]'"),
+        (["train", "--env", "herl/BitFlipping-v0", "--set", "learnin_rate=1e-3"], "did you mean learning_rate"),
+        (["train", "--env", "herl/BitFlipping-v0", "--set", "env.n_bit=3"], "its constructor takes: n_bits"),
+        (["train", "--env", "herl/PointReach-v0", "--algo", "dqn"], "use --algo sac, td3 or ddpg"),
+        (["train", "--env", "herl/BitFlipping-v0", "--her", "futur:4"], "future, final, episode, random"),
+        (["train", "--env", "herl/BitFlipping-v0", "--set", "her.strategy=futur"], "unknown HER strategy"),
+        (["train", "--timesteps", "10"], "--env ID"),
+        (["train", "--resume", "nowhere", "--algo", "sac"], "--resume continues a run with its own settings"),
+        (["train", "--env", "herl/BitFlipping-v0", "--preset", "fetch_rech"], "did you mean fetch_reach"),
+        (["eval", "no/such/model.zip"], "no such model file or run folder"),
+    ],
+)
+def test_errors_say_what_to_do(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl(*args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_bad_key_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("train", "--env", "herl/BitFlipping-v0", "--set", "nonsense=1") == 2
+    err = capsys.readouterr().err
+    assert "valid keys for dqn" in err and "exploration_fraction" in err and "her.n_sampled_goal" in err
+
+
+def test_every_preset_resolves_for_each_of_its_algorithms() -> None:
+    for preset in load_presets().values():
+        for algo in {preset.algo, *preset.per_algo}:
+            config = build_config(algo=algo, env="X-v0", seed=0, layers=preset.layers(algo), goal_env=True,
+                                  preset=preset.name)
+            assert config.her is not None and config.timesteps > 0
+
+
+def test_python_dash_m_herl() -> None:
+    result = subprocess.run([sys.executable, "-m", "herl", "--help"], capture_output=True, text=True, check=True)
+    assert "train" in result.stdout and "check-env" in result.stdout
