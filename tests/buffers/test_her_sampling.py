@@ -656,12 +656,10 @@ def test_bit_flipping_encodings(encoding, share, online):
     assert 0 < batch.dones.sum() < 300
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: offline HER (online_sampling=False) draws 'random' goals from the staging "
-                                       "area only, which holds little more than the episode that just ended: "
-                                       "'random' degenerates into 'episode'")
 def test_offline_random_goals_come_from_any_stored_episode():
     """20 complete episodes of 5 steps: a random goal should come from the transition's own episode about 1/20 of
-    the time (online: 5 %); offline it always does."""
+    the time (online: 5 %). Offline relabeling once drew them from the staging area only, which holds little
+    more than the episode that just ended, so 'random' degenerated into 'episode'."""
     obs_space, action_space = id_spaces()
     buffer = HerReplayBuffer(5000, obs_space, action_space, device="cpu", goal_selection_strategy="random",
                              compute_reward=id_reward, online_sampling=False, max_episode_length=5, seed=0)

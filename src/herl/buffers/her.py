@@ -233,15 +233,21 @@ class HerReplayBuffer(ReplayBuffer):
         last = (stage.pos[env_idx] - 1) % stage.rows
         start, length = int(stage.ep_start[last, env_idx]), int(stage.ep_len[last, env_idx])
         flat = stage.flat_index(np.arange(start, start + length), np.full(length, env_idx))
-        # the episode once as it happened, then k relabeled copies of it
-        copies = np.concatenate([flat] + [flat] * self.n_sampled_goal)
+        real = self._gather(stage, flat)
+        infos = {name: v for (_, name), v in stage.gather(flat, "t").items() if name.startswith(INFO_PREFIX)}
+        obs, actions, next_obs, terminated, truncated, rewards = real
+        # the episode once as it happened, stored first so that `random` can draw goals from it too
+        self.relabeled.extend(obs, next_obs, {"action": actions, "reward": rewards, "terminated": terminated,
+                                              "truncated": truncated, **infos})
+        if not self.n_sampled_goal:
+            return
+        # then k relabeled copies of it
+        copies = np.concatenate([flat] * self.n_sampled_goal)
         obs, actions, next_obs, terminated, truncated, rewards = self._gather(stage, copies)
-        infos = {k: v for k, v in stage.gather(copies, "t").items() if k[1].startswith(INFO_PREFIX)}
-        if self.n_sampled_goal:
-            self._relabel(stage, copies[length:], slice(length, None), obs, next_obs, terminated, rewards)
-        transitions = {"action": actions, "reward": rewards, "terminated": terminated, "truncated": truncated}
-        transitions.update({name: v for (_, name), v in infos.items()})
-        self.relabeled.extend(obs, next_obs, transitions)
+        self._relabel(stage, copies, slice(None), obs, next_obs, terminated, rewards)
+        infos = {name: v for (_, name), v in stage.gather(copies, "t").items() if name.startswith(INFO_PREFIX)}
+        self.relabeled.extend(obs, next_obs, {"action": actions, "reward": rewards, "terminated": terminated,
+                                              "truncated": truncated, **infos})
 
     # ------------------------------------------------------------------ sampling
     def _sample_arrays(self, batch_size: int):
@@ -284,9 +290,13 @@ class HerReplayBuffer(ReplayBuffer):
     def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
         """Achieved goals to relabel the transitions at ``flat`` with (copies, never views of storage)."""
         if self.goal_selection_strategy is GoalSelectionStrategy.RANDOM:
-            complete_only = storage.n_transitions > storage.n_open
-            source = storage.sample_flat(len(flat), self.rng, complete_only=complete_only)
-            return storage.next_state("achieved_goal", source)
+            # offline, episodes are moved to the main store as they end: that is where every stored
+            # state lives (the staging area holds little more than the episode being relabeled)
+            offline_store = None if self.online_sampling else self.relabeled
+            source_store = offline_store if offline_store is not None and offline_store.n_transitions else storage
+            complete_only = source_store.n_transitions > source_store.n_open
+            source = source_store.sample_flat(len(flat), self.rng, complete_only=complete_only, uniform=True)
+            return source_store.next_state("achieved_goal", source)
         offsets, lengths = storage.episode_position(flat)
         goal_offsets = sample_goal_offsets(self.goal_selection_strategy, offsets, lengths, self.rng)
         return storage.next_state("achieved_goal", storage.shift(flat, goal_offsets - offsets))

@@ -443,14 +443,15 @@ class EpisodeStorage:
         self._set_min_began()
 
     # ------------------------------------------------------------------ reading
-    def sample_flat(self, n: int, rng: np.random.Generator, *, complete_only: bool = False) -> np.ndarray:
+    def sample_flat(self, n: int, rng: np.random.Generator, *, complete_only: bool = False, uniform: bool = False) -> np.ndarray:
         """Flat indices (row * n_envs + env) of ``n`` transitions drawn uniformly with replacement.
 
         Rejection sampling over the rows written so far: candidates are uniform over that window,
         so accepted ones are uniform over the valid transitions. The acceptance rate is known from
         the counters, and a partly overwritten episode or the open ones cost only a few rejections.
+        With prioritized replay the draw follows the priorities, unless ``uniform`` (goal sources).
         """
-        if self.priorities is not None and not complete_only:
+        if self.priorities is not None and not (complete_only or uniform):
             return self.priorities.sample(n, rng)
         n_valid = self.n_transitions - (self.n_open if complete_only else 0)
         if n_valid <= 0:
