@@ -12,6 +12,7 @@ from herl.buffers import (  # noqa: E402
     ReplayBuffer,
     ReplayBufferSamples,
 )
+from herl.compat import HER, HerReplayStorage, HindsightReplayBuffer  # noqa: E402
 from herl.training import (  # noqa: E402
     ActionNoise,
     BaseCallback,
@@ -37,6 +38,9 @@ __all__ = [
     "CallbackList",
     "CheckpointCallback",
     "DictReplayBufferSamples",
+    "HER",
+    "HerReplayStorage",
+    "HindsightReplayBuffer",
     "EvalCallback",
     "GoalSelectionStrategy",
     "HerReplayBuffer",

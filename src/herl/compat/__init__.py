@@ -9,5 +9,6 @@
 
 from herl.compat.cpprb import HindsightReplayBuffer
 from herl.compat.rllte import HerReplayStorage
+from herl.compat.sb2 import HER, HERGoalEnvWrapper, HindsightExperienceReplayWrapper
 
-__all__ = ["HerReplayStorage", "HindsightReplayBuffer"]
+__all__ = ["HER", "HERGoalEnvWrapper", "HerReplayStorage", "HindsightExperienceReplayWrapper", "HindsightReplayBuffer"]
