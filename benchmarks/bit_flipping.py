@@ -16,6 +16,7 @@ import argparse
 import time
 
 import numpy as np
+import torch
 
 from herl.envs import BitFlippingEnv
 
@@ -71,6 +72,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--no-sb3", action="store_true")
     args = parser.parse_args()
+    # One intra-op thread: for these small networks a second one gains a few percent on an idle machine,
+    # while OpenMP threads on a busy one (other processes on the cores) made updates 25x slower here.
+    torch.set_num_threads(1)
     if args.what == "fixed":
         max_steps = args.max_steps or 30_000
         for lib in ["herl"] if args.no_sb3 else ["herl", "sb3"]:

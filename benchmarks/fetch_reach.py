@@ -171,6 +171,9 @@ def main() -> None:
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    # One intra-op thread: for these small networks a second one gains a few percent on an idle machine,
+    # while OpenMP threads on a busy one (other processes on the cores) made updates 25x slower here.
+    torch.set_num_threads(1)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     libs = ["herl"] if args.no_sb3 else ["herl", "sb3"]
     if args.what == "speed":

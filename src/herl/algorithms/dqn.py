@@ -64,7 +64,7 @@ class DQN(OffPolicyAlgorithm):
                          generator=generator)
         self.q_net_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.nets.update({"q_net": self.q_net, "q_net_target": self.q_net_target})
-        self.exploration_rate = self.config.exploration_initial_eps
+        self.exploration_rate = 0.0  # greedy until learn() sets it from the schedule (as SB3)
         self._last_target_update = 0
 
     def _make_optimizers(self) -> None:
