@@ -256,16 +256,18 @@ class HindsightReplayBuffer:
         for name in self.extras:
             obs[_extra_key(name)] = next_obs[_extra_key(name)] = episode[name]
         rewards = np.asarray(self.reward_func(next_states, actions, desired), dtype=np.float32).reshape(length)
-        # The engine takes one transition per call; the last one ends the episode, which relabels it
-        # into the main store (engine change wanted: add a whole episode in one call).
-        add, not_ended = self._engine.add, self._not_ended
+        # The engine takes one transition per call (rows shaped (1, ...)); the last one ends the
+        # episode, which relabels it into the main store (engine change wanted: add a whole episode
+        # in one call). Iterating arrays with an added axis yields those rows as views, cheaply.
         keys = list(obs)
-        for t in range(length):
-            at = slice(t, t + 1)
-            add(
-                {k: obs[k][at] for k in keys}, {k: next_obs[k][at] for k in keys}, actions[at], rewards[at],
-                terminated=not_ended, truncated=self._ended if t == length - 1 else not_ended,
-            )
+        rows = zip(
+            zip(*[obs[k][:, None] for k in keys]), zip(*[next_obs[k][:, None] for k in keys]),
+            actions[:, None], rewards[:, None],
+        )
+        add, not_ended, last = self._engine.add, self._not_ended, length - 1
+        for t, (obs_row, next_row, action, reward) in enumerate(rows):
+            add(dict(zip(keys, obs_row)), dict(zip(keys, next_row)), action, reward,
+                terminated=not_ended, truncated=self._ended if t == last else not_ended)
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int, beta: float = 0.4) -> dict[str, np.ndarray]:
