@@ -164,7 +164,8 @@ class HindsightReplayBuffer:
                 "achieved_goal": goal_box,
                 "desired_goal": goal_box,
                 # Extra fields ride along as observation keys, the one place where the engine both
-                # stores and returns arbitrary fields (see docs/migrating.md, "engine changes").
+                # stores and returns arbitrary fields (engine change wanted: samples that carry the
+                # stored info/<key> fields, so that these need not be stored with both states).
                 **{_extra_key(name): _box(*self.fields[name]) for name in self.extras},
             }
         )

@@ -21,8 +21,9 @@ from gymnasium import spaces
 
 from herl.buffers import HerReplayBuffer
 
-# The engine returns terminations only (as `dones`); truncation flags ride along as an extra
-# observation key so that batches can carry them (see docs/migrating.md, "engine changes").
+# The engine's samples carry terminations only (as `dones`); truncation flags ride along as an
+# extra observation key so that batches can carry them (engine change wanted: a `truncated` field
+# on the samples, since the engine stores the flag anyway).
 _TRUNCATED_KEY = "rllte:truncated"
 
 
