@@ -57,7 +57,7 @@ def test_sample_has_cpprbs_keys_shapes_and_dtypes(prioritized):
         assert (key, ours[key].shape, ours[key].dtype) == (key, theirs[key].shape, theirs[key].dtype)
 
 
-@pytest.mark.parametrize("strategy", ["future", "episode", "final"])
+@pytest.mark.parametrize("strategy", ["future", "episode", "random", "final"])
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_stored_size_grows_at_episode_end_as_cpprbs(strategy, prioritized):
     buffers = [make(cls, size=100, strategy=strategy, prioritized=prioritized)
@@ -151,7 +151,6 @@ def test_an_episode_longer_than_max_episode_len_is_refused():
         ({"next_of": "obs"}, ValueError, "next_of"),
         ({"check_for_update": True}, ValueError, "check_for_update"),
         ({"learning_rate": 1}, TypeError, "learning_rate"),
-        ({"strategy": "random"}, ValueError, "random"),
         ({"strategy": "futur"}, ValueError, "unknown strategy"),
         ({"eps": 0.0}, ValueError, "eps"),
         ({"env_dict": {**ENV_DICT, "rew": {}}}, ValueError, "'rew'"),
@@ -276,3 +275,24 @@ def test_future_goals_have_the_same_distribution_as_cpprbs():
         # total variation distance; sampling noise alone gives about 0.025 here, while rounded
         # offsets (end points at half probability) would give about 0.1
         assert 0.5 * np.abs(histogram - expected).sum() < 0.05
+
+
+def test_random_goals_come_from_the_whole_store_as_in_cpprb():
+    """Episode e's goals are drawn from every stored next state, its own copy stored first included:
+    its own states are then T of (k+1)·T·e + T stored rows."""
+    n_episodes, length = 100, 5
+    expected = np.mean([1 / (5 * e + 1) for e in range(n_episodes)])
+    for cls in (HindsightReplayBuffer, cpprb.HindsightReplayBuffer):
+        buffer = cls(10_000, ENV_DICT, max_episode_len=length, reward_func=reward_func, strategy="random",
+                     prioritized=False, **({"seed": 2} if cls is HindsightReplayBuffer else {}))
+        for episode in range(n_episodes):
+            for t in range(length):
+                buffer.add(obs=[t, episode], act=0, next_obs=[t + 1, episode])
+            buffer.on_episode_end([NO_GOAL, NO_GOAL])
+        sample = buffer.sample(20_000)
+        relabeled = sample["goal"][:, 0] != NO_GOAL
+        assert abs(relabeled.mean() - 4 / 5) < 0.01
+        own = sample["goal"][relabeled, 1] == sample["obs"][relabeled, 1]
+        assert abs(own.mean() - expected) < 0.015  # 2,000 goal draws: standard deviation 0.005
+        assert sample["goal"][relabeled, 1].max() <= n_episodes - 1
+        assert len(np.unique(sample["goal"][relabeled, 1])) > n_episodes // 2

@@ -184,3 +184,17 @@ def test_reset_forgets_everything():
     add_episode(storage, 5)
     storage.reset()
     assert len(storage) == 0
+
+
+def test_a_device_resident_storage_samples_what_the_host_storage_samples():
+    """storage_device keeps the data as torch tensors (on the CPU here); batches are the same."""
+    host, device = make(seed=4), make(seed=4, storage_device="cpu")
+    for episode in range(3):
+        add_episode(host, 7, episode)
+        add_episode(device, 7, episode)
+    a, b = host.sample(), device.sample()
+    for name in ("actions", "rewards", "terminateds", "truncateds"):
+        torch.testing.assert_close(getattr(a, name), getattr(b, name))
+    for key in a.observations:
+        torch.testing.assert_close(a.observations[key], b.observations[key])
+        torch.testing.assert_close(a.next_observations[key], b.next_observations[key])

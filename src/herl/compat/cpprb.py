@@ -77,7 +77,9 @@ class HindsightReplayBuffer:
         goal_func: batched ``goal_func(state) -> goals``; the state itself when None.
         goal_shape: shape of a goal; the state's shape when None.
         state, action, next_state: names of those fields in ``env_dict``.
-        strategy: "future", "episode" or "final" (see ``docs/migrating.md`` for "random").
+        strategy: "future", "episode", "random" or "final": the relabeled goals come from the
+            episode's next states after the transition, from any of them, from every next state in
+            the store (the ended episode's included), or from its last one.
         additional_goals: k, the relabeled copies stored per transition ("final" stores one).
         prioritized: proportional prioritized replay (Schaul et al. 2015); ``sample`` then returns
             ``weights`` and ``indexes``.
@@ -122,14 +124,8 @@ class HindsightReplayBuffer:
             raise ValueError(f"size must be a positive integer, got {size!r}")
         if int(max_episode_len) != max_episode_len or max_episode_len < 1:
             raise ValueError(f"max_episode_len must be a positive integer, got {max_episode_len!r}")
-        if strategy == "random":
-            raise ValueError(
-                "strategy='random' is not available in herl's HindsightReplayBuffer yet: relabeling at episode end "
-                "draws goals from the episode being stored, not from the whole store. Use 'future' (the HER paper's "
-                "best), 'episode' or 'final'"
-            )
-        if strategy not in ("future", "episode", "final"):
-            raise ValueError(f"unknown strategy {strategy!r}: use 'future', 'episode' or 'final'")
+        if strategy not in ("future", "episode", "random", "final"):
+            raise ValueError(f"unknown strategy {strategy!r}: use 'future', 'episode', 'random' or 'final'")
         for role, name in (("state", state), ("action", action), ("next_state", next_state)):
             if name not in env_dict:
                 raise ValueError(f"env_dict has no {name!r} entry, which {role}={name!r} names: add it or pass {role}=")

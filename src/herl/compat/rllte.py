@@ -45,6 +45,10 @@ def _numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+def _as_is(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
 class HerReplayStorage:
     """Hindsight experience replay storage with rllte's interface.
 
@@ -63,6 +67,9 @@ class HerReplayStorage:
         copy_info_dict: store the numeric ``infos`` entries and pass them to the reward as a dict
             of arrays (one row per relabeled transition).
         seed: herl's addition: the seed of the storage's generator, for reproducible sampling.
+        storage_device: herl's addition: keep the stored data as torch tensors on this device (e.g.
+            "cuda"), so that tensors added there stay there and batches need no host copy. None
+            (default) keeps it in host memory, as rllte does.
     """
 
     def __init__(
@@ -79,6 +86,7 @@ class HerReplayStorage:
         copy_info_dict: bool = False,
         *,
         seed: int | None = None,
+        storage_device: str | None = None,
     ) -> None:
         env, compute_reward = _reward_source(reward_fn)
         if not isinstance(observation_space, spaces.Dict):
@@ -102,8 +110,10 @@ class HerReplayStorage:
         self._engine = HerReplayBuffer(
             self.storage_size, stored_space, action_space, env=env, device=self.device, n_envs=self.num_envs,
             n_sampled_goal=self.num_goals, goal_selection_strategy=goal_selection_strategy,
-            copy_info_dict=self.copy_info_dict, compute_reward=compute_reward, seed=seed,
+            copy_info_dict=self.copy_info_dict, compute_reward=compute_reward, seed=seed, storage_device=storage_device,
         )
+        # a device-resident engine takes tensors as they are; otherwise they come to the host here
+        self._convert = _numpy if storage_device is None else _as_is
 
     @property
     def engine(self) -> HerReplayBuffer:
@@ -128,12 +138,13 @@ class HerReplayStorage:
         ``next_observations`` must be the true next observations: at an episode's end, the final
         observation, not the reset one that a vector env returns in its place.
         """
+        convert = self._convert
         truncated = _numpy(truncateds).astype(bool).reshape(self.num_envs)
-        obs = {key: _numpy(observations[key]) for key in self._keys}
-        next_obs = {key: _numpy(next_observations[key]) for key in self._keys}
+        obs = {key: convert(observations[key]) for key in self._keys}
+        next_obs = {key: convert(next_observations[key]) for key in self._keys}
         obs[_TRUNCATED_KEY] = next_obs[_TRUNCATED_KEY] = truncated
         self._engine.add(
-            obs, next_obs, _numpy(actions), _numpy(rewards), terminated=_numpy(terminateds).astype(bool),
+            obs, next_obs, convert(actions), convert(rewards), terminated=_numpy(terminateds).astype(bool),
             truncated=truncated, infos=infos if infos is not None else {},
         )
 
