@@ -110,6 +110,7 @@ class HerReplayBuffer(ReplayBuffer):
         prioritized: bool = False,
         alpha: float = 0.6,
         beta: float = 0.4,
+        priority_eps: float = 1e-6,
         storage_device: torch.device | str | None = None,
     ) -> None:
         check_goal_space(observation_space)
@@ -135,7 +136,7 @@ class HerReplayBuffer(ReplayBuffer):
         super().__init__(
             buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
             optimize_memory_usage=optimize_memory_usage, handle_timeout_termination=handle_timeout_termination, seed=seed,
-            prioritized=prioritized, alpha=alpha, beta=beta, storage_device=storage_device,
+            prioritized=prioritized, alpha=alpha, beta=beta, priority_eps=priority_eps, storage_device=storage_device,
         )
         if not self.online_sampling:
             # Episodes wait in a staging area sized for one episode per env; at their end they are

@@ -75,6 +75,8 @@ class ReplayBuffer:
         alpha: how much prioritization is used (0 is uniform).
         beta: importance-sampling exponent, the default for ``sample``; anneal it towards 1 by
             setting ``buffer.beta`` (or pass ``beta=`` to ``sample``).
+        priority_eps: added to every priority given to ``update_priorities`` (|error| + eps), so
+            that no transition becomes impossible to draw again.
         storage_device: keep the stored data as torch tensors on this device (e.g. "cuda"), so
             batches are gathered there with no host copy. None (default) stores NumPy arrays in
             host memory, the fastest choice for CPU training.
@@ -96,6 +98,7 @@ class ReplayBuffer:
         prioritized: bool = False,
         alpha: float = 0.6,
         beta: float = 0.4,
+        priority_eps: float = 1e-6,
         storage_device: torch.device | str | None = None,
     ) -> None:
         if int(buffer_size) != buffer_size or buffer_size < 1:
@@ -122,6 +125,9 @@ class ReplayBuffer:
         self.prioritized = bool(prioritized)
         self.alpha = float(alpha)
         self.beta = float(beta)
+        if priority_eps <= 0:
+            raise ValueError(f"priority_eps must be > 0 (a zero priority would never be drawn again), got {priority_eps}")
+        self.priority_eps = float(priority_eps)
         if self.prioritized:
             self._attach_priorities(self.storage)
         self._stores_infos = False  # subclasses that keep info entries set this
@@ -171,8 +177,9 @@ class ReplayBuffer:
         return self.storage.n_transitions
 
     def reset(self) -> None:
-        """Forget everything stored."""
-        self.storage.clear()
+        """Forget everything stored (every store: offline HER keeps relabeled copies in a second one)."""
+        for storage in self._storages().values():
+            storage.clear()
 
     # ------------------------------------------------------------------ adding
     def add(
@@ -319,14 +326,14 @@ class ReplayBuffer:
     def update_priorities(self, indexes: np.ndarray, priorities: Any) -> None:
         """Set the priorities of sampled transitions (typically |TD error|); ``indexes`` from the batch.
 
-        A small epsilon is added so that no transition becomes impossible to draw again.
+        ``priority_eps`` is added so that no transition becomes impossible to draw again.
         """
         if not self.prioritized:
             raise ValueError("update_priorities needs a prioritized buffer: construct it with prioritized=True")
         if isinstance(priorities, torch.Tensor):
             priorities = priorities.detach().cpu().numpy()
         indexes = np.asarray(indexes).ravel()
-        priorities = np.abs(np.asarray(priorities, dtype=np.float64).ravel()) + 1e-6
+        priorities = np.abs(np.asarray(priorities, dtype=np.float64).ravel()) + self.priority_eps
         if indexes.shape != priorities.shape:
             raise ValueError(f"got {indexes.size} indexes but {priorities.size} priorities: pass one per sampled transition")
         known = indexes >= 0
@@ -388,6 +395,7 @@ class ReplayBuffer:
             "prioritized": self.prioritized,
             "alpha": self.alpha,
             "beta": self.beta,
+            "priority_eps": self.priority_eps,
             "storage_device": None if self.storage_device is None else str(self.storage_device),
         }
 

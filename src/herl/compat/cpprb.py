@@ -37,8 +37,6 @@ _REJECTED = {
     "mmap_prefix": "memory-mapped storage is not supported; use herl's save()/load() of the engine for persistence",
     "check_for_update": "multiprocess priority checking is not supported (update priorities from the sampling process)",
 }
-# The engine adds this floor to every priority it is given (herl.buffers.replay.update_priorities).
-_ENGINE_PRIORITY_FLOOR = 1e-6
 
 
 def _extra_key(name: str) -> str:
@@ -118,8 +116,8 @@ class HindsightReplayBuffer:
                 f"unexpected keyword argument(s) {sorted(kwargs)}: herl's HindsightReplayBuffer takes cpprb's "
                 f"alpha, eps and default_dtype (and seed)"
             )
-        if per["eps"] < _ENGINE_PRIORITY_FLOOR:
-            raise ValueError(f"eps must be >= {_ENGINE_PRIORITY_FLOOR} (herl's floor on priorities), got {per['eps']}")
+        if per["eps"] <= 0:
+            raise ValueError(f"eps must be > 0 (a zero priority would never be drawn again), got {per['eps']}")
         if int(size) != size or size < 1:
             raise ValueError(f"size must be a positive integer, got {size!r}")
         if int(max_episode_len) != max_episode_len or max_episode_len < 1:
@@ -171,7 +169,7 @@ class HindsightReplayBuffer:
                 n_sampled_goal=self.additional_goals, goal_selection_strategy=strategy,
                 compute_reward=self._compute_reward, online_sampling=False, max_episode_length=self.max_episode_len,
                 reward_context=("action", "next_observation"), seed=seed,
-                prioritized=self.prioritized, alpha=self.alpha,
+                prioritized=self.prioritized, alpha=self.alpha, priority_eps=self.eps,
             )
         except ValueError as err:
             if "compute_reward" not in str(err):
@@ -301,9 +299,8 @@ class HindsightReplayBuffer:
             raise TypeError("update_priorities needs indexes and priorities (from sample()'s 'indexes' and your TD errors)")
         if isinstance(priorities, torch.Tensor):
             priorities = priorities.detach().cpu().numpy()
-        # the engine adds its own floor; shift so that the stored priority is |p| + eps as in cpprb
-        shifted = np.abs(np.asarray(priorities, dtype=np.float64)) + (self.eps - _ENGINE_PRIORITY_FLOOR)
-        self._engine.update_priorities(np.asarray(indexes, dtype=np.int64), shifted)
+        # the engine stores |p| + priority_eps, which is cpprb's |p| + eps
+        self._engine.update_priorities(np.asarray(indexes, dtype=np.int64), priorities)
 
     # ------------------------------------------------------------------ sizes
     def get_stored_size(self) -> int:
@@ -316,7 +313,6 @@ class HindsightReplayBuffer:
     def clear(self) -> None:
         """Forget everything, the running episode included."""
         self._engine.reset()
-        self._engine.relabeled.clear()  # engine change wanted: reset() should clear the relabeled store too
         self._episode_len = 0
 
     @property
