@@ -69,7 +69,20 @@ def load_provider(provider: Provider) -> None:
 
 
 def resolve_env_id(env_id: str) -> str:
-    """Check that ``env_id`` is registered with gymnasium, importing the optional package that provides it."""
+    """Check that ``env_id`` is registered with gymnasium, importing the optional package that provides it.
+
+    ``module:EnvId`` (gymnasium's syntax) first imports ``module``, which registers ``EnvId``: the way to train an env
+    of one's own from the command line. The id is returned as given, so ``gym.make`` imports the module again in
+    each process that makes the env.
+    """
+    module, colon, bare_id = env_id.rpartition(":")
+    if colon:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise CLIError(f"cannot import {module!r} for the env id {env_id!r} ({err}): is it on PYTHONPATH?") from err
+        resolve_env_id(bare_id)
+        return env_id
     if env_id in gym.envs.registry:
         return env_id
     provider = _provider_for(env_id)
@@ -114,7 +127,7 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
 
 def constructor_arguments(env_id: str) -> list[str]:
     """Names of the keyword arguments of ``env_id``'s constructor (and gym.make's ``max_episode_steps``)."""
-    spec = gym.spec(env_id)
+    spec = gym.spec(env_id.rpartition(":")[2])
     try:
         creator = gym.envs.registration.load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
         params = inspect.signature(creator).parameters.values()

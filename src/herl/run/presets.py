@@ -40,7 +40,8 @@ class Preset:
     """Settings for one algorithm, by algorithm."""
 
     def matches(self, env_id: str) -> bool:
-        return any(fnmatch.fnmatchcase(env_id, pattern) for pattern in self.envs)
+        bare_id = env_id.rpartition(":")[2]  # module:EnvId
+        return any(fnmatch.fnmatchcase(bare_id, pattern) for pattern in self.envs)
 
     def layers(self, algo: str) -> list[tuple[str, dict[str, Any]]]:
         """The preset's settings for ``algo``, as config layers."""
