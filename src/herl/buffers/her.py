@@ -285,7 +285,7 @@ class HerReplayBuffer(ReplayBuffer):
         new_rewards = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
         rewards[rows] = new_rewards if isinstance(rewards, np.ndarray) else torch.from_numpy(new_rewards).to(rewards.device)
         if self._compute_terminated is not None:
-            done = np.asarray(self._compute_terminated(achieved, goals, info), dtype=bool).reshape(-1)
+            done = np.asarray(self._compute_terminated(achieved, goals, info), dtype=np.float32).reshape(-1)
             terminated[rows] = done if isinstance(terminated, np.ndarray) else torch.from_numpy(done).to(terminated.device)
 
     def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:

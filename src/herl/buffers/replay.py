@@ -24,6 +24,11 @@ _NON_REWARD_INFO_KEYS = frozenset({"TimeLimit.truncated", "terminal_observation"
                                    "final_info", "episode", "_episode"})
 
 
+def _either(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """Logical or of two 0/1 float flag arrays."""
+    return torch.maximum(a, b) if isinstance(a, torch.Tensor) else np.maximum(a, b)
+
+
 def _column(values: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     """Flags or rewards as a float32 (batch, 1) column, as SB3's batches have them."""
     if isinstance(values, torch.Tensor):
@@ -117,6 +122,7 @@ class ReplayBuffer:
         self._state_specs = state_specs(observation_space)
         self._action_spec = action_spec(action_space)
         self.storage = self._make_storage(self.buffer_size, self.n_envs, share_states=self.optimize_memory_usage)
+        self._cpu_numpy = self.device.type == "cpu" and self.storage_device is None
         # expected shapes, precomputed: add() checks them on every call
         self._batch_shape = (self.n_envs,)
         self._action_shape = (self.n_envs, *self._action_spec.shape)
@@ -137,8 +143,10 @@ class ReplayBuffer:
         return {
             "action": self._action_spec,
             "reward": FieldSpec((), np.dtype(np.float32)),
-            "terminated": FieldSpec((), np.dtype(bool)),
-            "truncated": FieldSpec((), np.dtype(bool)),
+            # flags as float32 columns beside the reward: one gather fewer per batch, and dones
+            # come out in the dtype the losses use
+            "terminated": FieldSpec((), np.dtype(np.float32)),
+            "truncated": FieldSpec((), np.dtype(np.float32)),
         }
 
     def _make_storage(self, rows: int, n_envs: int, *, share_states: bool,
@@ -367,7 +375,7 @@ class ReplayBuffer:
             next_obs = env.normalize_obs({k: to_numpy(v) for k, v in next_obs.items()})
         if env is not None and hasattr(env, "normalize_reward"):
             rewards = env.normalize_reward(to_numpy(rewards))
-        dones = terminated if self.handle_timeout_termination else terminated | truncated
+        dones = terminated if self.handle_timeout_termination else _either(terminated, truncated)
         tensor = self._to_torch
         dones, rewards = tensor(_column(dones)), tensor(_column(rewards))
         if self._dict_obs:
@@ -377,6 +385,8 @@ class ReplayBuffer:
         return ReplayBufferSamples(tensor(obs["obs"]), tensor(actions), tensor(next_obs["obs"]), dones, rewards)
 
     def _to_torch(self, array: np.ndarray | torch.Tensor) -> torch.Tensor:
+        if self._cpu_numpy and type(array) is np.ndarray:  # the common case, in the sampling hot path
+            return torch.from_numpy(array)
         tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
         return tensor if tensor.device == self.device else tensor.to(self.device, non_blocking=True)
 

@@ -173,6 +173,11 @@ class EpisodeStorage:
             k: _reshaped(v, per_env + v.shape[1:]) for k, v in self.flat_next_states.items()
         }
         self.transitions = {k: _reshaped(v, per_env + v.shape[1:]) for k, v in self.flat_transitions.items()}
+        # (key, dtype, start, stop, shape) per field: stop None for scalars, shape None for vectors
+        self._column_table = tuple(
+            (key, dtype, offset, None if not spec.shape else offset + spec.size, spec.shape if len(spec.shape) > 1 else None)
+            for key, (dtype, offset, spec) in self._columns.items()
+        )
         self._state_names = tuple(self.state_fields)
         self._transition_names = tuple(k for k in self.transition_fields if k not in self.end_fields)
 
@@ -215,11 +220,13 @@ class EpisodeStorage:
         never touches the storage.
         """
         gathered = {dtype: self._take(block, flat) for dtype, block in self._blocks.items()}
-        return {
-            key: self._field_view(gathered[dtype], offset, spec)
-            for key, (dtype, offset, spec) in self._columns.items()
-            if key[0] in kinds
-        }
+        out = {}
+        for key, dtype, start, stop, shape in self._column_table:
+            if key[0] in kinds:
+                block = gathered[dtype]
+                out[key] = block[:, start] if stop is None else block[:, start:stop] if shape is None else _reshaped(
+                    block[:, start:stop], (len(flat), *shape))
+        return out
 
     def next_flat(self, flat: np.ndarray) -> np.ndarray:
         """Flat indices of the rows holding the next states of the transitions at ``flat`` (shared layout)."""
@@ -567,11 +574,13 @@ class TorchEpisodeStorage(EpisodeStorage):
         super().__init__(**kwargs)
 
     def _zeros(self, shape: tuple[int, ...], dtype: np.dtype):
-        torch = self._torch
-        return torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype=dtype)).dtype, device=self.device)
+        return self._torch.zeros(shape, dtype=self._torch_dtype(dtype), device=self.device)
 
-    def _tensor(self, value):
-        return self._torch.as_tensor(value, device=self.device)
+    def _tensor(self, value, spec: FieldSpec):
+        return self._torch.as_tensor(value, device=self.device, dtype=self._torch_dtype(spec.dtype))
+
+    def _torch_dtype(self, dtype: np.dtype):
+        return self._torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
 
     def _take(self, block, flat: np.ndarray):
         return block.index_select(0, self._torch.as_tensor(flat, device=self.device))
@@ -583,16 +592,17 @@ class TorchEpisodeStorage(EpisodeStorage):
         target.copy_(self._torch.from_numpy(np.ascontiguousarray(source)))
 
     def add(self, states, next_states, transitions, done, n_done=None) -> None:
-        convert = self._tensor
+        convert, fields = self._tensor, self.state_fields
         super().add(
-            {k: convert(states[k]) for k in self._state_names},
-            {k: convert(next_states[k]) for k in self._state_names},
-            {k: convert(v) for k, v in transitions.items()},
+            {k: convert(states[k], fields[k]) for k in self._state_names},
+            {k: convert(next_states[k], fields[k]) for k in self._state_names},
+            {k: convert(v, self.transition_fields[k]) for k, v in transitions.items()},
             to_numpy(done),
             n_done,
         )
 
     def extend(self, states, next_states, transitions) -> None:
         convert = self._tensor
-        super().extend({k: convert(v) for k, v in states.items()}, {k: convert(v) for k, v in next_states.items()},
-                       {k: convert(v) for k, v in transitions.items()})
+        super().extend({k: convert(v, self.state_fields[k]) for k, v in states.items()},
+                       {k: convert(v, self.state_fields[k]) for k, v in next_states.items()},
+                       {k: convert(v, self.transition_fields[k]) for k, v in transitions.items()})
