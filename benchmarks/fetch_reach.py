@@ -52,7 +52,8 @@ def make_model(lib: str, algo: str, seed: int, env: gym.Env):
         from stable_baselines3 import HerReplayBuffer
         from stable_baselines3.common.noise import NormalActionNoise
     cls = getattr(lib_module, algo)
-    kwargs = dict(COMMON, replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=dict(HER_KWARGS), seed=seed,
+    # a fresh policy_kwargs per model: SB3 writes into the dict it is given
+    kwargs = dict(COMMON, policy_kwargs=dict(COMMON["policy_kwargs"]), replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=dict(HER_KWARGS), seed=seed,
                   verbose=0, device="cpu")
     if algo == "TD3":
         n = env.action_space.shape[0]

@@ -131,6 +131,8 @@ class PolicyConfig:
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}: use one of {sorted(ACTIVATIONS)}")
         n_critics = int(kwargs.pop("n_critics", default_n_critics))
+        if kwargs.pop("use_sde", False):  # SB3 writes use_sde=False into policy_kwargs; only True is unsupported
+            raise ValueError("use_sde=True (generalized state-dependent exploration) is not supported by herl")
         if kwargs:
             raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: herl reads net_arch, activation_fn and n_critics")
         return cls(tuple(int(x) for x in actor), tuple(int(x) for x in critic), activation, n_critics)
