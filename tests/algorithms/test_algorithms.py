@@ -191,3 +191,22 @@ def test_dqn_her_solves_10_bit_flipping():
     model.learn(3000)
     _, _, success = evaluate_policy(model, BitFlippingEnv(n_bits=10), n_eval_episodes=100, return_success_rate=True, seed=1)
     assert success >= 0.9
+
+
+def test_get_set_parameters_round_trip(tmp_path):
+    source, target = make_model(TD3, seed=0), make_model(TD3, seed=1)
+    source.learn(60)
+    target.set_parameters(source.get_parameters())
+    obs = some_observations(TD3)
+    np.testing.assert_array_equal(target.predict(obs, deterministic=True)[0], source.predict(obs, deterministic=True)[0])
+    source.save(tmp_path / "m.zip")
+    third = make_model(TD3, seed=2)
+    third.set_parameters(tmp_path / "m.zip")
+    np.testing.assert_array_equal(third.predict(obs, deterministic=True)[0], source.predict(obs, deterministic=True)[0])
+    with pytest.raises(ValueError, match="lack"):
+        third.set_parameters({"actor": source.get_parameters()["actor"]})
+
+
+def test_progress_bar(capsys):
+    pytest.importorskip("tqdm")
+    make_model(DQN).learn(40, progress_bar=True)
