@@ -61,17 +61,22 @@ def make_model(lib: str, algo: str, seed: int, env: gym.Env):
     return cls("MultiInputPolicy", env, **kwargs)
 
 
-def learning_speed(lib: str, steps: int) -> float:
-    """Env steps per second over ``steps`` steps, after learning has started."""
+def learning_speed(lib: str, steps: int) -> tuple[float, float]:
+    """Env steps per second of wall time and of CPU time over ``steps`` steps, after learning has started.
+
+    With one torch thread the process's CPU time is the time it actually ran, which stays meaningful
+    when other processes share the cores (wall time then depends on their load).
+    """
     model = make_model(lib, "SAC", 0, make_env())
     model.learn(COMMON["learning_starts"] + 200)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     model.learn(steps, reset_num_timesteps=False)
-    return steps / (time.perf_counter() - start)
+    return steps / (time.perf_counter() - start), steps / (time.process_time() - cpu)
 
 
 def floor_speed(steps: int) -> tuple[float, float, float]:
-    """(steps/s, update ms, env step ms) of a bare PyTorch SAC update of the same networks plus one env step."""
+    """(steps/s, update ms, env step ms) of a bare PyTorch SAC update of the same networks plus one env step,
+    in CPU time (see :func:`learning_speed`)."""
     from torch import nn
 
     obs_dim, act_dim, batch, hidden = 13, 4, 256, 64  # FetchReach: observation 10 + desired_goal 3; 4 actions
@@ -126,19 +131,19 @@ def floor_speed(steps: int) -> tuple[float, float, float]:
 
     for _ in range(50):
         update()
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(steps):
         update()
-    update_s = (time.perf_counter() - start) / steps
+    update_s = (time.process_time() - start) / steps
     env = make_env()
     env.reset(seed=0)
     env.action_space.seed(0)
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(steps):
         _, _, terminated, truncated, _ = env.step(env.action_space.sample())
         if terminated or truncated:
             env.reset()
-    env_s = (time.perf_counter() - start) / steps
+    env_s = (time.process_time() - start) / steps
     return 1.0 / (update_s + env_s), update_s * 1e3, env_s * 1e3
 
 
@@ -180,22 +185,25 @@ def main() -> None:
     if args.what == "speed":
         # interleaved repeats, medians: the machine may be shared, so no library gets a quiet moment alone
         steps = args.steps or 1000
-        floors, runs = [], {lib: [] for lib in libs}
+        floors, walls, cpus = [], {lib: [] for lib in libs}, {lib: [] for lib in libs}
         for rep in range(args.repeats):
             floor, update_ms, env_ms = floor_speed(steps)
             floors.append(floor)
-            print(f"[{rep}] floor (bare PyTorch SAC update {update_ms:.2f} ms + env step {env_ms:.2f} ms): "
+            print(f"[{rep}] floor (bare PyTorch SAC update {update_ms:.2f} ms + env step {env_ms:.2f} ms, CPU time): "
                   f"{floor:.0f} steps/s", flush=True)
             for lib in libs:
-                runs[lib].append(learning_speed(lib, steps))
-                print(f"[{rep}] {lib}: {runs[lib][-1]:.0f} steps/s while learning", flush=True)
+                wall, cpu = learning_speed(lib, steps)
+                walls[lib].append(wall)
+                cpus[lib].append(cpu)
+                print(f"[{rep}] {lib}: {wall:.0f} steps/s wall, {cpu:.0f} steps/s CPU time, while learning", flush=True)
         floor = float(np.median(floors))
-        results = {lib: float(np.median(v)) for lib, v in runs.items()}
-        print(f"median floor: {floor:.0f} steps/s")
-        for lib, sps in results.items():
-            print(f"median {lib}: {sps:.0f} steps/s while learning ({sps / floor:.0%} of the floor)")
-        if "sb3" in results:
-            print(f"herl / sb3: {results['herl'] / results['sb3']:.2f}x")
+        print(f"median floor: {floor:.0f} steps/s (CPU time)")
+        for lib in libs:
+            wall, cpu = float(np.median(walls[lib])), float(np.median(cpus[lib]))
+            print(f"median {lib}: {wall:.0f} steps/s wall, {cpu:.0f} steps/s CPU time ({cpu / floor:.0%} of the floor)")
+        if "sb3" in walls:
+            print(f"herl / sb3: {np.median(walls['herl']) / np.median(walls['sb3']):.2f}x wall, "
+                  f"{np.median(cpus['herl']) / np.median(cpus['sb3']):.2f}x CPU time")
     else:
         steps = args.steps or 3000
         for algo in args.algos:
