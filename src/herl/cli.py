@@ -343,9 +343,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         provider = next((p for p in PROVIDERS if any(e.startswith(p.prefixes) for e in preset.envs)), None)
         installed = provider is None or importlib.util.find_spec(provider.module) is not None
         needs = "" if installed else f"pip install 'herl[{provider.extra}]'"
-        rows.append([preset.name, ", ".join(preset.envs), preset.algo, preset.description, needs])
+        steps = preset.common.get("timesteps", "")
+        rows.append([preset.name, ", ".join(preset.envs), preset.algo, f"{steps:,}" if steps else "", preset.description,
+                     needs])
     print("Envs with a preset (herl train --env ID uses the preset matching ID):")
-    print(_indent(format_table(["preset", "env ids", "algo", "what", "needs"], rows)))
+    print(_indent(format_table(["preset", "env ids", "algo", "steps", "what", "needs"], rows)))
     print("\nAlgorithms (--algo):")
     print(_indent(format_table(["name", "what"], [[k, v] for k, v in ALGORITHMS.items()])))
     print("\nGoal selection strategies (--her STRATEGY:K):")

@@ -110,6 +110,8 @@ def _fsync_folder(folder: Path) -> None:
     for path in folder.iterdir():
         with open(path, "rb") as f:
             os.fsync(f.fileno())
+    if os.name != "posix":  # folders cannot be opened for fsync on Windows
+        return
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -286,6 +286,8 @@ def _section(cls: type, values: dict[str, Any], name: str) -> Any:
 def _coerce(value: Any, default: Any, key: str) -> Any:
     """Make a value read from text or TOML the type of the setting's default where that is unambiguous."""
     if isinstance(default, bool):
+        if isinstance(value, list):  # clip_target = [low, high]
+            return tuple(value)
         if not isinstance(value, bool):
             raise CLIError(f"{key} must be true or false, got {value!r}")
         return value

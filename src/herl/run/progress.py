@@ -66,11 +66,11 @@ class Progress:
         parts = [f"{self._fps:.0f} fps"]
         if self.success is not None:
             parts.append(f"success {self.success:.2f}")
-        return ", " + ", ".join(parts)
+        return ", ".join(parts)  # tqdm puts ", " before the postfix
 
     def _line(self, step: int) -> None:
         prefix = f"[{self.label}] " if self.label else ""
-        print(f"{prefix}{step}/{self.total} steps ({100 * step / max(self.total, 1):.0f}%){self._postfix()}",
+        print(f"{prefix}{step}/{self.total} steps ({100 * step / max(self.total, 1):.0f}%), {self._postfix()}",
               file=sys.stderr, flush=True)
 
     def close(self) -> None:

@@ -33,7 +33,9 @@ class ResumableCSV(OutputFormat):
             with open(self.path, newline="") as f:
                 reader = csv.DictReader(f)
                 self.keys = list(reader.fieldnames or [])
-                self.rows = [row for row in reader if _step(row) <= keep_until]
+                # a row cut short by a kill has missing (None) or surplus (key None) fields: drop it
+                self.rows = [row for row in reader
+                             if None not in row and None not in row.values() and _step(row) <= keep_until]
         self._rewrite()
         self.file = open(self.path, "a", newline="")
 
