@@ -210,3 +210,14 @@ def test_get_set_parameters_round_trip(tmp_path):
 def test_progress_bar(capsys):
     pytest.importorskip("tqdm")
     make_model(DQN).learn(40, progress_bar=True)
+
+
+def test_her_settings_survive_save_load(tmp_path):
+    from herl import GoalSelectionStrategy
+
+    model = DQN("MultiInputPolicy", make_env(DQN), replay_buffer_class=HerReplayBuffer,
+                replay_buffer_kwargs=dict(n_sampled_goal=3, goal_selection_strategy=GoalSelectionStrategy.FINAL), **SMALL)
+    model.save(tmp_path / "m.zip")
+    loaded = DQN.load(tmp_path / "m.zip", env=make_env(DQN))
+    assert loaded.replay_buffer.n_sampled_goal == 3
+    assert loaded.replay_buffer.goal_selection_strategy is GoalSelectionStrategy.FINAL

@@ -9,6 +9,7 @@ without an env (SB3 #2160).
 
 from __future__ import annotations
 
+import enum
 import os
 from typing import Any
 
@@ -35,8 +36,8 @@ def write_model(model: Any, path: str | os.PathLike) -> None:
         for index, param_state in state["state"].items():
             for key, value in param_state.items():
                 arrays[f"optim/{name}/{index}/{key}"] = torch.as_tensor(value).detach().cpu().numpy()
-        optimizers[name] = [_jsonable_group(group) for group in state["param_groups"]]
-    arrays["torch_rng"] = model.torch_rng.get_state().numpy()
+        optimizers[name] = [_jsonable_kwargs(group) for group in state["param_groups"]]
+    arrays["torch_rng"] = model.torch_rng.get_state().numpy()  # a CPU and a CUDA generator's states differ in form
     noise = model.action_noise
     meta = {
         "algorithm": type(model).__name__,
@@ -48,17 +49,25 @@ def write_model(model: Any, path: str | os.PathLike) -> None:
         "action_noise": None if noise is None else noise.to_json(),
         "replay_buffer_class": model.replay_buffer_class.__name__,
         # callables (compute_reward) are code, not data: pass them again on load with replay_buffer_kwargs=
-        "replay_buffer_kwargs": {k: v for k, v in model.replay_buffer_kwargs.items() if isinstance(v, _JSON_TYPES)},
+        "replay_buffer_kwargs": _jsonable_kwargs(model.replay_buffer_kwargs),
         "seed": model.seed,
         "counters": {"num_timesteps": model.num_timesteps, "n_updates": model._n_updates, "episode_num": model._episode_num},
         "optimizers": optimizers,
         "rng_state": model.rng.bit_generator.state,
+        "torch_rng_device": model.device.type,
     }
     write_archive(path, kind=MODEL_KIND, version=MODEL_VERSION, meta=meta, arrays=arrays)
 
 
-def _jsonable_group(group: dict[str, Any]) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in group.items() if isinstance(v, (*_JSON_TYPES, tuple, list))}
+def _jsonable_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The entries that are data (enums by name, tuples as lists); callables such as compute_reward are code, left out."""
+    out = {}
+    for key, value in kwargs.items():
+        if isinstance(value, enum.Enum):
+            out[key] = value.name.lower()
+        elif isinstance(value, _JSON_TYPES) or (isinstance(value, (list, tuple)) and all(isinstance(v, _JSON_TYPES) for v in value)):
+            out[key] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -124,5 +133,6 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     model._n_updates = counters["n_updates"]
     model._episode_num = counters["episode_num"]
     model.rng.bit_generator.state = meta["rng_state"]
-    model.torch_rng.set_state(torch.from_numpy(arrays["torch_rng"].copy()))
+    if meta.get("torch_rng_device") == model.device.type:  # else the generator keeps its fresh seeded state
+        model.torch_rng.set_state(torch.from_numpy(arrays["torch_rng"].copy()))
     return model
