@@ -8,7 +8,7 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.online_sampling``,
   ``her.copy_info_dict``;
 - ``policy.net_arch``, ``policy.activation_fn``, ``policy.n_critics``;
-- ``noise.type`` (``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise of DDPG/TD3;
+- ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
 - ``eval.freq``, ``eval.episodes``, ``eval.deterministic``; ``checkpoint.freq``, ``checkpoint.keep``.
 
 Later layers win: defaults, then the preset's common settings, its section for the algorithm, the flags, ``--set``.
@@ -32,7 +32,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ALGOS = ("dqn", "ddpg", "td3", "sac")
-NOISE_TYPES = ("none", "normal", "ornstein-uhlenbeck")
+NOISE_TYPES = ("auto", "none", "normal", "ornstein-uhlenbeck")
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,9 @@ class PolicySettings:
 class NoiseSettings:
     """Exploration noise added to deterministic actions (DDPG, TD3), in the policy's [-1, 1] scale."""
 
-    type: str = "none"
-    """none, normal or ornstein-uhlenbeck."""
+    type: str = "auto"
+    """none, normal, ornstein-uhlenbeck, or auto: normal for DDPG and TD3 (deterministic policies explore only
+    through it), none for DQN and SAC."""
     sigma: float = 0.1
     """Standard deviation, the same for every action dimension."""
 
@@ -266,6 +267,9 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
     settings = {name: _section(cls, sections[name], name) for name, cls in SECTIONS.items()}
     if settings["noise"].type not in NOISE_TYPES:
         raise CLIError(f"noise.type must be one of {', '.join(NOISE_TYPES)}, got {settings['noise'].type!r}")
+    if settings["noise"].type == "auto":
+        noise_type = "normal" if algo in ("ddpg", "td3") else "none"
+        settings["noise"] = dataclasses.replace(settings["noise"], type=noise_type)
     config = TrainConfig(
         algo=algo, env=env, env_kwargs=sections["env"], seed=seed, preset=preset, hyperparameters=hyperparameters,
         her=settings["her"] if her_on else None, policy=settings["policy"], noise=settings["noise"],

@@ -108,10 +108,11 @@ class RunCallback(BaseCallback):
     the training state and a resumed run evaluates as the uninterrupted one would.
     """
 
-    def __init__(self, *, config: TrainConfig, run_dir: Path, eval_env: Any, progress: Progress, fresh: bool) -> None:
+    def __init__(self, *, config: TrainConfig, run_dir: Path, eval_env: Any, progress: Progress, fresh: bool,
+                 history: list[tuple[int, float | None, float]]) -> None:
         super().__init__()
         self.config, self.run_dir, self.eval_env, self.progress, self.fresh = config, run_dir, eval_env, progress, fresh
-        self.history: list[tuple[int, float | None, float]] = []  # (step, success rate, mean reward)
+        self.history = history  # (step, success rate, mean reward) of every evaluation, resumed runs' included
         self._next_eval = self._next_checkpoint = 0
 
     @property
@@ -176,8 +177,8 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
     eval_env = make_env(config.env, dict(config.env_kwargs))
     progress = Progress(total=config.timesteps, initial=model.num_timesteps, label=f"seed {config.seed}",
                         mode=progress_mode, position=position)
-    callback = RunCallback(config=config, run_dir=run_dir, eval_env=eval_env, progress=progress, fresh=fresh)
-    callback.history = _eval_history(run_dir) if not fresh else []
+    callback = RunCallback(config=config, run_dir=run_dir, eval_env=eval_env, progress=progress, fresh=fresh,
+                           history=[] if fresh else _eval_history(run_dir))
     try:
         model.learn(config.timesteps - model.num_timesteps, callback=callback, log_interval=config.log_interval,
                     reset_num_timesteps=fresh)
