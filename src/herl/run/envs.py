@@ -53,8 +53,9 @@ def _provider_for(env_id: str) -> Provider | None:
     return next((p for p in PROVIDERS if env_id.startswith(p.prefixes)), None)
 
 
-def load_provider(provider: Provider) -> None:
-    """Import ``provider`` so that its env ids are registered; MissingExtraError when it is not installed."""
+def load_provider(provider: Provider, env_id: str | None = None) -> None:
+    """Import ``provider`` so that its env ids are registered; MissingExtraError (naming ``env_id``) when it is not
+    installed."""
     try:
         # gymnasium-robotics prints a notice about AdroitHand v1 rewards on import, whatever env is used:
         # keep it out of the CLI's output.
@@ -63,7 +64,8 @@ def load_provider(provider: Provider) -> None:
     except ImportError as err:
         if err.name is not None and err.name != provider.module and not provider.module.startswith(err.name):
             raise  # the package is there but broken: show the real error
-        raise MissingExtraError(f"envs starting with {'/'.join(provider.prefixes)}", provider.package, provider.extra) from err
+        what = env_id or f"the {'/'.join(provider.prefixes)} envs"
+        raise MissingExtraError(what, provider.package, provider.extra) from err
     if provider.module == "gymnasium_robotics":
         gym.register_envs(module)
 
@@ -87,7 +89,7 @@ def resolve_env_id(env_id: str) -> str:
         return env_id
     provider = _provider_for(env_id)
     if provider is not None:
-        load_provider(provider)
+        load_provider(provider, env_id)
         if env_id in gym.envs.registry:
             return env_id
     for other in PROVIDERS:  # so that close matches include their ids
