@@ -46,7 +46,8 @@ class GridReachEnv(gym.Env):
         return -np.any(achieved_goal != desired_goal, axis=-1).astype(np.float32)
 
     def _obs(self) -> dict[str, np.ndarray]:
-        return {"observation": self.position.copy(), "achieved_goal": self.position.copy(), "desired_goal": self.goal.copy()}
+        position = self.position.copy()
+        return {"observation": position, "achieved_goal": position.copy(), "desired_goal": self.goal.copy()}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

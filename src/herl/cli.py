@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="evaluate a model or run: success rate, return, length",
                                    allow_abbrev=False)
-    evaluate.add_argument("target", type=Path, metavar="MODEL_OR_RUN", help="a model .zip, a run folder or a folder of seeds")
+    evaluate.add_argument("target", type=Path, metavar="MODEL_OR_RUN",
+                          help="a model .zip, a run folder or a folder of seeds")
     evaluate.add_argument("--episodes", type=_positive_int, default=50, help="episodes per model (default: 50)")
     evaluate.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
                           help="act with the deterministic policy (default: yes)")
@@ -132,8 +133,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume is not None:
         start_only = {"--algo": args.algo, "--env": args.env, "--preset": args.preset, "--n-envs": args.n_envs,
-                      "--her": args.her, "--no-her": args.no_her or None, "--device": args.device, "--threads": args.threads,
-                      "--run-dir": args.run_dir, "--set": args.set or None}
+                      "--her": args.her, "--no-her": args.no_her or None, "--device": args.device,
+                      "--threads": args.threads, "--run-dir": args.run_dir, "--set": args.set or None}
         given = [flag for flag, value in start_only.items() if value is not None]
         if given or args.seed != [0]:
             raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs and "
@@ -162,7 +163,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress})
             for c in configs]
     _print_summaries(run_parallel(jobs, args.jobs))
-    print(f"curves: herl plot {run_dir}")
+    print(f"curves: herl plot {run_dir}    evaluation: herl eval {run_dir}    tensorboard --logdir {run_dir}")
     return 0
 
 

@@ -110,7 +110,7 @@ def test_resume_after_sigkill_continues_exactly(tmp_path: Path) -> None:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     run = tmp_path / "killed" / "seed_0"
     deadline = time.monotonic() + 120
-    while (checkpoint := latest_checkpoint(run) if (run / "checkpoints").exists() else None) is None or checkpoint.step < 300:
+    while (checkpoint := latest_checkpoint(run)) is None or checkpoint.step < 300:
         assert process.poll() is None, process.stderr.read().decode()
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -242,7 +242,8 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     ("args", "message"),
     [
         (["train", "--env", "herl/BitFlip-v0"], "did you mean herl/BitFlipping-v0"),
-        (["train", "--env", "CartPole-v1", "--her", "future:4"], "CartPole-v1 cannot be trained with HER: observation_space is Box"),
+        (["train", "--env", "CartPole-v1", "--her", "future:4"],
+         "CartPole-v1 cannot be trained with HER: observation_space is Box"),
         (["train", "--env", "PandaReach-v3"], "pip install 'herl[panda]'"),
         (["train", "--env", "herl/BitFlipping-v0", "--set", "learnin_rate=1e-3"], "did you mean learning_rate"),
         (["train", "--env", "herl/BitFlipping-v0", "--set", "env.n_bit=3"], "its constructor takes: n_bits"),

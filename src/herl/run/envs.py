@@ -131,7 +131,9 @@ def constructor_arguments(env_id: str) -> list[str]:
     """Names of the keyword arguments of ``env_id``'s constructor (and gym.make's ``max_episode_steps``)."""
     spec = gym.spec(env_id.rpartition(":")[2])
     try:
-        creator = gym.envs.registration.load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+        creator = spec.entry_point
+        if isinstance(creator, str):
+            creator = gym.envs.registration.load_env_creator(creator)
         params = inspect.signature(creator).parameters.values()
     except (ValueError, TypeError, ImportError, AttributeError):
         return ["max_episode_steps"]
