@@ -205,7 +205,9 @@ class EvalCallback(EventCallback):
         self.callback_on_new_best = callback_on_new_best
         if callback_on_new_best is not None:
             callback_on_new_best.parent = self
-        self.eval_env = eval_env
+        from herl.training.envs import make_env
+
+        self.eval_env = make_env(eval_env)  # an env id is made once, not at every evaluation
         self.n_eval_episodes = n_eval_episodes
         self.eval_freq = eval_freq
         self.deterministic = deterministic
