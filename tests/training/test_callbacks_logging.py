@@ -118,3 +118,11 @@ def test_tensorboard_log(tmp_path):
     runs = sorted(p.name for p in tmp_path.iterdir())
     assert runs == ["DQN_1", "DQN_2"]
     assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "DQN_1").iterdir())
+
+
+def test_a_new_learn_call_closes_the_running_episodes():
+    model = make_model()
+    model.learn(2)
+    assert int(model.replay_buffer.storage.open_len.sum()) == 2  # a 4-bit episode, 2 steps in (seeded: no early success)
+    model.learn(1)  # resets the env: the running episode ends in the buffer instead of continuing across the reset
+    assert int(model.replay_buffer.storage.open_len.sum()) == 1

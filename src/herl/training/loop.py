@@ -22,6 +22,10 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         reset_num_timesteps: bool, progress_bar: bool) -> Any:
     env, buffer, config = model.env, model.replay_buffer, model.config
     if reset_num_timesteps or model._last_obs is None:
+        if hasattr(buffer, "truncate_last_trajectory") and model._last_obs is not None:
+            # the episodes running in the buffer end here (the env is reset): close them as truncated, so
+            # that HER never draws a future goal across the reset
+            buffer.truncate_last_trajectory()
         seed = None if model._env_was_seeded else model._env_seed
         model._last_obs = env.reset(seed=seed)
         model._env_was_seeded = True
