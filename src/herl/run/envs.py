@@ -179,7 +179,7 @@ class ReplayableEnv(gym.Wrapper):
         self.actions: list[np.ndarray] = []
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        if options is not None:
+        if options:
             raise ValueError("ReplayableEnv does not record reset options; reset without them")
         self.reset_seed = seed
         self.reset_rng_state = None if seed is not None else copy.deepcopy(self.unwrapped.np_random.bit_generator.state)
