@@ -150,6 +150,18 @@ def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path
     assert OffPolicyAlgorithm.load(tmp_path / "seed_0" / "model.zip").num_timesteps == 400
 
 
+def test_a_run_is_trained_by_one_process_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("train", *TINY, "--timesteps", "100", "--run-dir", tmp_path) == 0
+    lock = tmp_path / "seed_0" / "train.pid"
+    assert not lock.exists()  # released at the end
+    lock.write_text(str(os.getppid()))  # a live process
+    assert herl("train", "--resume", tmp_path, "--timesteps", "200", "--progress", "off") == 2
+    assert "is being trained by process" in capsys.readouterr().err
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(finished.stdout.strip())  # a process killed without cleaning up: ignored
+    assert herl("train", "--resume", tmp_path, "--timesteps", "200", "--progress", "off") == 0
+
+
 def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one(tmp_path: Path) -> None:
     config = build_config(algo="dqn", env="herl/BitFlipping-v0", seed=0, goal_env=True, preset=None,
                           layers=[("test", {"env.n_bits": 4, "learning_starts": 10, "batch_size": 8})])

@@ -7,9 +7,11 @@ A run folder (one seed) holds ``config.json`` (the resolved :class:`~herl.run.co
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from herl.training.callbacks import BaseCallback
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
+LOCK_FILE = "train.pid"
 SUCCESS_THRESHOLD = 0.95
 # A buffer larger than the run's steps never fills: cap it there (saves memory and checkpoint size) but not below
 # this, so short runs can still be extended with --resume --timesteps.
@@ -168,6 +171,34 @@ def _next_multiple(step: int, freq: int) -> int:
     return (step // freq + 1) * freq if freq else 0
 
 
+@contextlib.contextmanager
+def _claim(run_dir: Path):
+    """Hold ``run_dir/train.pid`` while training, so a second process cannot train the same run at the same time.
+
+    A process killed without cleaning up leaves the file naming a dead process: that one is ignored.
+    """
+    lock = run_dir / LOCK_FILE
+    if lock.exists():
+        text = lock.read_text().strip()
+        if text.isdigit() and int(text) != os.getpid() and _alive(int(text)):
+            raise CLIError(f"{run_dir} is being trained by process {text}; wait for it or stop it first")
+    atomic_write_text(lock, str(os.getpid()))
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, AttributeError):
+        return True  # someone else's process, or no way to tell: assume alive
+    return True
+
+
 def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int | None, wall_time_before: float,
            progress_mode: str, position: int) -> RunSummary:
     """Train ``model`` to ``config.timesteps``; evaluate, checkpoint, save ``model.zip`` and ``summary.json``."""
@@ -229,7 +260,8 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
         raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume {run_dir}`, or choose "
                        "another --run-dir")
     run_dir.mkdir(parents=True, exist_ok=True)
-    return _start(config, run_dir, progress=progress, position=position)
+    with _claim(run_dir):
+        return _start(config, run_dir, progress=progress, position=position)
 
 
 def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int) -> RunSummary:
@@ -249,30 +281,32 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
     """Continue the run in ``run_dir`` from its latest checkpoint (to ``timesteps`` if given)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
-    remove_partial_checkpoints(run_dir)
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:  # stopped before its first checkpoint: the same seed makes the same run from scratch
-        for stale in [*run_dir.glob("events.out.tfevents.*"), run_dir / "progress.csv"]:
-            stale.unlink(missing_ok=True)
-        if timesteps is not None:
+    with _claim(run_dir):
+        remove_partial_checkpoints(run_dir)
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:  # stopped before its first checkpoint: the same seed makes the same run from scratch
+            for stale in [*run_dir.glob("events.out.tfevents.*"), run_dir / "progress.csv"]:
+                stale.unlink(missing_ok=True)
+            if timesteps is not None:
+                config = dataclasses.replace(config, timesteps=timesteps)
+            return _start(config, run_dir, progress=progress, position=position)
+        if timesteps is not None and timesteps != config.timesteps:
+            if timesteps < checkpoint.step:
+                raise CLIError(f"{run_dir} has trained {checkpoint.step} steps already, more than --timesteps "
+                               f"{timesteps}")
             config = dataclasses.replace(config, timesteps=timesteps)
-        return _start(config, run_dir, progress=progress, position=position)
-    if timesteps is not None and timesteps != config.timesteps:
-        if timesteps < checkpoint.step:
-            raise CLIError(f"{run_dir} has trained {checkpoint.step} steps already, more than --timesteps {timesteps}")
-        config = dataclasses.replace(config, timesteps=timesteps)
-        atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config.to_json(), indent=1))
-    summary_path = run_dir / SUMMARY_FILE
-    if checkpoint.step >= config.timesteps and summary_path.exists():
-        return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
-    torch.set_num_threads(config.threads)
-    env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
-    try:
-        model, wall_time = load_checkpoint(checkpoint, env, device=config.device)
-        return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
-                      progress_mode=progress, position=position)
-    finally:
-        env.close()
+            atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config.to_json(), indent=1))
+        summary_path = run_dir / SUMMARY_FILE
+        if checkpoint.step >= config.timesteps and summary_path.exists():
+            return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
+        torch.set_num_threads(config.threads)
+        env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
+        try:
+            model, wall_time = load_checkpoint(checkpoint, env, device=config.device)
+            return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
+                          progress_mode=progress, position=position)
+        finally:
+            env.close()
 
 
 def read_config(run_dir: Path) -> TrainConfig:
