@@ -274,6 +274,25 @@ def test_errors_say_what_to_do(args: list[str], message: str, capsys: pytest.Cap
     assert message in err and "Traceback" not in err
 
 
+def test_a_missing_robotics_package_names_the_extra(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    from herl.run import envs
+
+    real_import = importlib.import_module
+
+    def no_robotics(name: str, *args: object):
+        if name == "gymnasium_robotics":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args)
+
+    monkeypatch.setattr(envs.importlib, "import_module", no_robotics)
+    assert herl("train", "--env", "FetchPush-v9") == 2
+    assert "FetchPush-v9 needs gymnasium-robotics, which is not installed: pip install 'herl[robotics]'" in \
+        capsys.readouterr().err
+
+
 def test_a_bad_key_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("train", "--env", "herl/BitFlipping-v0", "--set", "nonsense=1") == 2
     err = capsys.readouterr().err
