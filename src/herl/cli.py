@@ -272,9 +272,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             print(record_video(model, env_id, kwargs, args.video, episodes=args.video_episodes,
                                deterministic=args.deterministic, seed=args.seed))
             video_done = True
-    rows = [[r.name, r.episodes, _fmt(r.success_rate), f"{r.mean_return:.2f} ± {r.std_return:.2f}", f"{r.mean_length:.1f}"]
-            for r in results]
-    print(format_table(["model", "episodes", "success rate", "mean return", "episode length"], rows))
+    rows = [[r.name, f"{r.steps:,}", r.episodes, _fmt(r.success_rate), f"{r.mean_return:.2f} ± {r.std_return:.2f}",
+             f"{r.mean_length:.1f}"] for r in results]
+    print(format_table(["model", "trained steps", "episodes", "success rate", "mean return", "episode length"], rows))
     return 0
 
 

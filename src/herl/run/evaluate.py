@@ -29,6 +29,8 @@ class ModelToEvaluate:
 @dataclass(frozen=True)
 class EvalResult:
     name: str
+    steps: int
+    """Env steps the model was trained for."""
     episodes: int
     success_rate: float | None
     mean_return: float
@@ -80,7 +82,7 @@ def evaluate(model: Any, env_id: str, env_kwargs: dict[str, Any], *, episodes: i
                                                       return_episode_rewards=True, return_success_rate=True, seed=seed)
     finally:
         env.close()
-    return EvalResult(name, len(rewards), float(np.mean(successes)) if successes else None, float(np.mean(rewards)),
+    return EvalResult(name, model.num_timesteps, len(rewards), float(np.mean(successes)) if successes else None, float(np.mean(rewards)),
                       float(np.std(rewards)), float(np.mean(lengths)))
 
 
