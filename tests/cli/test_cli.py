@@ -10,10 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
 from herl.cli import main
+from herl.envs import BitFlippingEnv
 from herl.run.checkpoint import latest_checkpoint, load_checkpoint, write_checkpoint
 from herl.run.config import build_config
 from herl.run.envs import make_training_env
@@ -184,6 +187,36 @@ def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one(tmp_path: Pa
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))  # cleaned up
     restored, wall_time = load_checkpoint(first, make_training_env(config.env, dict(config.env_kwargs), 1))
     assert restored.num_timesteps == 40 and wall_time == 1.0
+
+
+class UnseededBits(gym.Wrapper):
+    """Bit flipping whose start ignores the env's seed: replaying its episodes cannot reproduce them."""
+
+    def __init__(self) -> None:
+        super().__init__(BitFlippingEnv(n_bits=6))
+        self.outside_rng = np.random.default_rng()
+
+    def reset(self, *, seed=None, options=None):
+        self.env.reset(seed=int(self.outside_rng.integers(1 << 30)))
+        return self.env.unwrapped._get_obs(), {}
+
+
+def test_an_env_that_replays_differently_gets_its_episodes_cut(tmp_path: Path) -> None:
+    if "test/UnseededBits-v0" not in gym.envs.registry:
+        gym.register("test/UnseededBits-v0", entry_point=UnseededBits, max_episode_steps=6)
+    config = build_config(algo="dqn", env="test/UnseededBits-v0", seed=0, goal_env=True, preset=None,
+                          layers=[("test", {"learning_starts": 10, "batch_size": 8})])
+    from herl.run.train import build_model
+
+    env = make_training_env(config.env, {}, 1)
+    model = build_model(config, env)
+    model.learn(40)
+    write_checkpoint(tmp_path, model, env, wall_time=1.0)
+    with pytest.warns(UserWarning, match="cut short and new ones start"):
+        restored, _ = load_checkpoint(latest_checkpoint(tmp_path), make_training_env(config.env, {}, 1))
+    assert restored._ep_lengths.tolist() == [0] and restored.replay_buffer.storage.open_len.tolist() == [0]
+    restored.learn(30, reset_num_timesteps=False)  # and training goes on
+    assert restored.num_timesteps == 70
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from herl.io.archive import read_archive, write_archive
-from herl.run.envs import recorders
+from herl.run.envs import ReplayMismatch, recorders
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
@@ -180,16 +180,31 @@ def load_checkpoint(checkpoint: Checkpoint, env: Any, *, device: str = "auto") -
         model.action_noise.rng.bit_generator.state = meta["noise"]["rng_state"]
         if hasattr(model.action_noise, "noise_prev"):
             model.action_noise.noise_prev = np.asarray(meta["noise"]["noise_prev"], dtype=np.float64)
-    observations = [rec.restore(record, arrays[f"env/{i}/actions"])
-                    for i, (rec, record) in enumerate(zip(recorders(env), meta["envs"]))]
-    model._last_obs = _stack(observations)
     saved = {k[len("loop/last_obs/"):]: v for k, v in arrays.items() if k.startswith("loop/last_obs/")}
-    if not all(np.array_equal(np.asarray(_get(model._last_obs, k)), v) for k, v in saved.items()):
-        warnings.warn("replaying the running episodes did not reproduce the saved observations (is the env "
-                      "deterministic given its seed?): training continues from the replayed state, not exactly",
-                      stacklevel=2)
+    envs = recorders(env)
+    try:
+        observations = _stack([rec.restore(record, arrays[f"env/{i}/actions"])
+                               for i, (rec, record) in enumerate(zip(envs, meta["envs"]))])
+        exact = all(np.array_equal(np.asarray(_get(observations, k)), v) for k, v in saved.items())
+    except ReplayMismatch:
+        exact = False
     model._ep_returns = arrays["loop/ep_returns"].copy()
     model._ep_lengths = arrays["loop/ep_lengths"].copy()
+    if not exact:
+        # pybullet (panda-gym), for one, keeps solver state across resets. A state that merely looks like the
+        # saved one would glue two different trajectories into one stored episode: cut the running episodes
+        # instead (stored as truncated) and start new ones.
+        warnings.warn("replaying the running episodes did not reproduce the saved observations (the env is not "
+                      "deterministic given its seed): they are cut short and new ones start, so training goes on "
+                      "from here but not bit for bit as the interrupted run would have", stacklevel=2)
+        if hasattr(model.replay_buffer, "truncate_last_trajectory"):
+            model.replay_buffer.truncate_last_trajectory()
+        observations = _stack([rec.reset()[0] for rec in envs])
+        model._ep_returns[:] = 0.0
+        model._ep_lengths[:] = 0
+        if model.action_noise is not None:
+            model.action_noise.reset()
+    model._last_obs = observations
     model._env_was_seeded = True
     return model, float(meta["wall_time"])
 

@@ -165,6 +165,10 @@ def check_her_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None
 # Envs a checkpoint can restore
 
 
+class ReplayMismatch(RuntimeError):
+    """Replaying an episode did not lead where the original did (the env is not deterministic given its seed)."""
+
+
 class ReplayableEnv(gym.Wrapper):
     """Records the running episode's start (the reset seed, or the env's generator state before an unseeded reset)
     and its actions, so that :meth:`restore` can rebuild the same state in a fresh env.
@@ -207,7 +211,7 @@ class ReplayableEnv(gym.Wrapper):
         for action in actions:
             obs, _, terminated, truncated, _ = self.env.step(action)
             if terminated or truncated:
-                raise RuntimeError("the replayed episode ended early: the env is not deterministic given its seed")
+                raise ReplayMismatch("the replayed episode ended early: the env is not deterministic given its seed")
         self.reset_seed, self.reset_rng_state = meta["reset_seed"], meta["reset_rng_state"]
         self.actions = [np.array(a, copy=True) for a in actions]
         return obs
