@@ -65,6 +65,10 @@ def test_train_writes_a_run_folder_per_seed(two_seeds: Path) -> None:
         assert summary["steps"] == 300 and 0.0 <= summary["final_success"] <= 1.0
         assert latest_checkpoint(run).step == 300
         assert len(list((run / "checkpoints").glob("step_*"))) == 2  # checkpoint.keep
+        umask = os.umask(0)
+        os.umask(umask)
+        for path in (run / "model.zip", run / "checkpoints" / "latest.json", latest_checkpoint(run).model_path):
+            assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path  # not tempfile's private 0600
 
 
 def test_seeds_differ(two_seeds: Path) -> None:

@@ -55,6 +55,20 @@ class Checkpoint:
         return self.path / MODEL_FILE
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def share_like_new_files(path: Path) -> None:
+    """Give ``path`` (and the files in it) the permissions a new file gets: tempfile makes them private (0600),
+    and a run folder is for the people who read it too."""
+    mask = _umask()
+    for item in [path, *(path.iterdir() if path.is_dir() else [])]:
+        os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -63,6 +77,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        share_like_new_files(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -94,6 +109,7 @@ def write_checkpoint(run_dir: Path, model: Any, env: Any, *, wall_time: float, k
         meta, arrays = _loop_state(model, env, wall_time)
         write_archive(tmp / STATE_FILE, kind=STATE_KIND, version=STATE_VERSION, meta=meta, arrays=arrays)
         _fsync_folder(tmp)
+        share_like_new_files(tmp)
         if final.exists():  # left by a process killed between this rename and latest.json: never named, so stale
             shutil.rmtree(final)
         os.replace(tmp, final)

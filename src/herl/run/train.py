@@ -27,6 +27,7 @@ from herl.run.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     remove_partial_checkpoints,
+    share_like_new_files,
     write_checkpoint,
 )
 from herl.run.config import TrainConfig, algorithm_class
@@ -217,6 +218,7 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
             callback.evaluate()
         callback.checkpoint()
         model.save(run_dir / MODEL_FILE)
+        share_like_new_files(run_dir / MODEL_FILE)
     finally:
         progress.close()
         logger.close()
