@@ -21,7 +21,7 @@ def make_env(algo, n_bits: int = 4) -> BitFlippingEnv:
 def make_model(algo, her: bool = True, seed: int = 0, env=None, **kwargs):
     env = env or make_env(algo)
     buffer = dict(replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=dict(n_sampled_goal=2)) if her else {}
-    return algo("MultiInputPolicy", env, seed=seed, **SMALL, **buffer, **kwargs)
+    return algo("MultiInputPolicy", env, seed=seed, **buffer, **{**SMALL, **kwargs})
 
 
 def some_observations(algo, n: int = 8) -> dict[str, np.ndarray]:
@@ -221,3 +221,16 @@ def test_her_settings_survive_save_load(tmp_path):
     loaded = DQN.load(tmp_path / "m.zip", env=make_env(DQN))
     assert loaded.replay_buffer.n_sampled_goal == 3
     assert loaded.replay_buffer.goal_selection_strategy is GoalSelectionStrategy.FINAL
+
+
+@pytest.mark.parametrize("algo", [DDPG, TD3], ids=lambda a: a.__name__)
+def test_random_action_prob(algo):
+    obs = some_observations(algo, n=64)
+    greedy = make_model(algo, learning_starts=0, random_action_prob=0.0)
+    policy = greedy._policy_actions(obs, deterministic=False)
+    np.testing.assert_array_equal(greedy._collect_actions(obs), policy)  # no noise given: the policy's actions
+    mixed = make_model(algo, learning_starts=0, random_action_prob=0.5)
+    replaced = ~np.all(mixed._collect_actions(obs) == policy, axis=1)
+    assert 16 < replaced.sum() < 48  # about half of the 64 rows, each uniform in [-1, 1]
+    with pytest.raises(ValueError, match="random_action_prob"):
+        make_model(algo, random_action_prob=1.5)

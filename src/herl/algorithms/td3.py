@@ -12,6 +12,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from herl.nn.mlp import EnsembleMLP
@@ -34,9 +35,14 @@ class TD3Config(OffPolicyConfig):
     """That noise is clipped to ``±target_noise_clip``."""
     action_l2: float = 0.0
     """Weight of the penalty on the actor's squared actions (OpenAI baselines' HER DDPG uses 1.0)."""
+    random_action_prob: float = 0.0
+    """Probability that an exploration step takes a uniformly random action instead of the noisy
+    policy's (OpenAI baselines' HER DDPG uses 0.3); ``learning_starts`` steps are random anyway."""
 
     def validate(self) -> None:
         super().validate()
+        if not 0.0 <= self.random_action_prob <= 1.0:
+            raise ValueError(f"random_action_prob must be a probability in [0, 1], got {self.random_action_prob!r}")
         if int(self.policy_delay) != self.policy_delay or self.policy_delay < 1:
             raise ValueError(f"policy_delay must be a positive integer, got {self.policy_delay!r}")
 
@@ -63,6 +69,15 @@ class TD3(OffPolicyAlgorithm):
 
     def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
         return self.actor(x)  # exploration noise is the loop's action_noise
+
+    def _collect_actions(self, obs: Any) -> np.ndarray:
+        actions = super()._collect_actions(obs)
+        p = self.config.random_action_prob
+        if p and self.num_timesteps >= self.config.learning_starts:
+            pick = self.rng.random(len(actions)) < p
+            if pick.any():
+                actions[pick] = self._random_actions(int(pick.sum()))
+        return actions
 
     def _update(self, batch: Any) -> None:
         cfg = self.config

@@ -21,7 +21,7 @@ from gymnasium import spaces
 from herl.buffers.goal_functions import bind_goal_function, env_goal_function, probe_vectorized
 from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer
 from herl.buffers.samples import DictReplayBufferSamples
-from herl.buffers.storage import EpisodeStorage, FieldSpec, to_numpy
+from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy, relabel_count, sample_goal_offsets
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
@@ -234,9 +234,8 @@ class HerReplayBuffer(ReplayBuffer):
         last = (stage.pos[env_idx] - 1) % stage.rows
         start, length = int(stage.ep_start[last, env_idx]), int(stage.ep_len[last, env_idx])
         flat = stage.flat_index(np.arange(start, start + length), np.full(length, env_idx))
-        real = self._gather(stage, flat)
         infos = {name: v for (_, name), v in stage.gather(flat, "t").items() if name.startswith(INFO_PREFIX)}
-        obs, actions, next_obs, terminated, truncated, rewards = real
+        obs, actions, next_obs, terminated, truncated, rewards = GatheredRows(stage, flat).fields()
         # the episode once as it happened, stored first so that `random` can draw goals from it too
         self.relabeled.extend(obs, next_obs, {"action": actions, "reward": rewards, "terminated": terminated,
                                               "truncated": truncated, **infos})
@@ -244,8 +243,9 @@ class HerReplayBuffer(ReplayBuffer):
             return
         # then k relabeled copies of it
         copies = np.concatenate([flat] * self.n_sampled_goal)
-        obs, actions, next_obs, terminated, truncated, rewards = self._gather(stage, copies)
-        self._relabel(stage, copies, slice(None), obs, next_obs, terminated, rewards)
+        rows = GatheredRows(stage, copies)
+        self._relabel(stage, copies, slice(None), rows)
+        obs, actions, next_obs, terminated, truncated, rewards = rows.fields()
         infos = {name: v for (_, name), v in stage.gather(copies, "t").items() if name.startswith(INFO_PREFIX)}
         self.relabeled.extend(obs, next_obs, {"action": actions, "reward": rewards, "terminated": terminated,
                                               "truncated": truncated, **infos})
@@ -254,38 +254,39 @@ class HerReplayBuffer(ReplayBuffer):
     def _sample_arrays(self, batch_size: int):
         if not self.online_sampling and self.relabeled.n_transitions > 0:
             flat = self.relabeled.sample_flat(batch_size, self.rng)
-            return self._gather(self.relabeled, flat), self.relabeled, flat
+            return GatheredRows(self.relabeled, flat), self.relabeled, flat
         storage = self.storage
         flat = storage.sample_flat(batch_size, self.rng)
-        arrays = self._gather(storage, flat)
+        batch = GatheredRows(storage, flat)
         n_her = relabel_count(batch_size, self.n_sampled_goal, self.rng)
         if n_her:
-            obs, _, next_obs, terminated, _, rewards = arrays
             rows = slice(batch_size - n_her, batch_size)  # rows are i.i.d., so which ones is immaterial
-            self._relabel(storage, flat[rows], rows, obs, next_obs, terminated, rewards)
-        return arrays, storage, flat
+            self._relabel(storage, flat[rows], rows, batch)
+        return batch, storage, flat
 
-    def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: slice, obs, next_obs, terminated, rewards) -> None:
-        """Give batch rows ``rows`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
+    def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: slice, batch: GatheredRows) -> None:
+        """Give ``rows`` of ``batch`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
         goals = self._sample_goals(storage, flat)
-        obs["desired_goal"][rows] = goals
-        next_obs["desired_goal"][rows] = goals
-        achieved = next_obs["achieved_goal"][rows]
-        info = {name[len(INFO_PREFIX):]: to_numpy(storage.field("t", name, flat)) for name in self._info_specs}
+        batch.state("desired_goal")[rows] = goals
+        batch.next_state("desired_goal")[rows] = goals
+        achieved = batch.next_state("achieved_goal")[rows]
+        info = {name[len(INFO_PREFIX):]: to_numpy(batch.transition(name)[rows]) for name in self._info_specs}
         for name in self.reward_context:
             if name == "action":
-                info[name] = to_numpy(storage.field("t", "action", flat))
+                info[name] = to_numpy(batch.transition("action")[rows])
             elif name.startswith("next_"):
-                info[name] = to_numpy(next_obs[name[len("next_"):]][rows])
+                info[name] = to_numpy(batch.next_state(name[len("next_"):])[rows])
             else:
-                info[name] = to_numpy(obs[name][rows])
+                info[name] = to_numpy(batch.state(name)[rows])
         # one call per batch, goals by keyword (see goal_functions.bind_goal_function); reward
         # functions get NumPy arrays whatever the storage device
         achieved, goals = to_numpy(achieved), to_numpy(goals)
         new_rewards = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
+        rewards = batch.transition("reward")
         rewards[rows] = new_rewards if isinstance(rewards, np.ndarray) else torch.from_numpy(new_rewards).to(rewards.device)
         if self._compute_terminated is not None:
             done = np.asarray(self._compute_terminated(achieved, goals, info), dtype=np.float32).reshape(-1)
+            terminated = batch.transition("terminated")
             terminated[rows] = done if isinstance(terminated, np.ndarray) else torch.from_numpy(done).to(terminated.device)
 
     def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:

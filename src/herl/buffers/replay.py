@@ -16,7 +16,7 @@ import torch
 from gymnasium import spaces
 
 from herl.buffers.samples import DictReplayBufferSamples, ReplayBufferSamples
-from herl.buffers.storage import EpisodeStorage, FieldSpec, TorchEpisodeStorage, to_numpy
+from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, TorchEpisodeStorage, to_numpy
 from herl.utils import get_device
 
 # info keys that are episode book-keeping, never inputs of a reward
@@ -123,6 +123,9 @@ class ReplayBuffer:
         self._action_spec = action_spec(action_space)
         self.storage = self._make_storage(self.buffer_size, self.n_envs, share_states=self.optimize_memory_usage)
         self._cpu_numpy = self.device.type == "cpu" and self.storage_device is None
+        # fields stored flat but batched with their shape (images, multi-dimensional actions)
+        self._multi_dim_fields = {k: spec.shape for k, spec in [*self._state_specs.items(), ("action", self._action_spec)]
+                                  if len(spec.shape) > 1}
         # expected shapes, precomputed: add() checks them on every call
         self._batch_shape = (self.n_envs,)
         self._action_shape = (self.n_envs, *self._action_spec.shape)
@@ -311,7 +314,7 @@ class ReplayBuffer:
         if int(batch_size) != batch_size or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         arrays, storage, flat = self._sample_arrays(int(batch_size))
-        samples = self._to_samples(*arrays, env=env)
+        samples = self._to_samples(arrays, env=env)
         if not self.prioritized:
             return samples
         if storage.priorities is None:  # offline HER before its first episode ended: uniform
@@ -324,7 +327,7 @@ class ReplayBuffer:
     def _sample_arrays(self, batch_size: int):
         storage = self.storage
         flat = storage.sample_flat(batch_size, self.rng)
-        return self._gather(storage, flat), storage, flat
+        return GatheredRows(storage, flat), storage, flat
 
     def _attach_priorities(self, storage: EpisodeStorage) -> None:
         from herl.buffers.priority import PriorityTree
@@ -352,28 +355,33 @@ class ReplayBuffer:
     def _prioritized_storage(self) -> EpisodeStorage:
         return self.storage
 
-    def _gather(self, storage: EpisodeStorage, flat: np.ndarray):
-        """Copies of the stored fields at ``flat``: editing them never touches the storage."""
-        fields = storage.gather(flat)
-        if storage.share_states:
-            next_fields = storage.gather(storage.next_flat(flat), "s")
-            next_obs = {k: next_fields[("s", k)] for k in storage.state_fields}
-        else:
-            next_obs = {k: fields[("n", k)] for k in storage.state_fields}
-        return (
-            {k: fields[("s", k)] for k in storage.state_fields},
-            fields[("t", "action")],
-            next_obs,
-            fields[("t", "terminated")],
-            fields[("t", "truncated")],
-            fields[("t", "reward")],
-        )
+    def _to_samples(self, rows: GatheredRows, *, env: Any = None):
+        if env is not None and (hasattr(env, "normalize_obs") or hasattr(env, "normalize_reward")):
+            return self._normalized_samples(*rows.fields(), env=env)
+        # one tensor (one host-to-device copy) per gathered block, split into views of its fields
+        pieces, index = rows.pieces(self._to_torch), rows.storage.piece_index
+        n, shaped = len(pieces[0]), self._multi_dim_fields
+        obs = {k: pieces[index["s", k]] for k in self._state_specs}
+        next_obs = {k: pieces[index["n", k]] for k in self._state_specs}
+        actions = pieces[index["t", "action"]]
+        if shaped:
+            obs = {k: v.reshape(n, *shaped[k]) if k in shaped else v for k, v in obs.items()}
+            next_obs = {k: v.reshape(n, *shaped[k]) if k in shaped else v for k, v in next_obs.items()}
+            actions = actions.reshape(n, *shaped["action"]) if "action" in shaped else actions
+        dones = pieces[index["t", "terminated"]]  # float32 (batch, 1) columns, as SB3's batches have them
+        if not self.handle_timeout_termination:
+            dones = torch.maximum(dones, pieces[index["t", "truncated"]])
+        rewards = pieces[index["t", "reward"]]
+        if self._dict_obs:
+            return DictReplayBufferSamples(obs, actions, next_obs, dones, rewards)
+        return ReplayBufferSamples(obs["obs"], actions, next_obs["obs"], dones, rewards)
 
-    def _to_samples(self, obs, actions, next_obs, terminated, truncated, rewards, *, env: Any = None):
-        if env is not None and hasattr(env, "normalize_obs"):
+    def _normalized_samples(self, obs, actions, next_obs, terminated, truncated, rewards, *, env: Any):
+        """Samples through an SB3 ``VecNormalize`` (anything with ``normalize_obs`` / ``normalize_reward``)."""
+        if hasattr(env, "normalize_obs"):
             obs = env.normalize_obs({k: to_numpy(v) for k, v in obs.items()})
             next_obs = env.normalize_obs({k: to_numpy(v) for k, v in next_obs.items()})
-        if env is not None and hasattr(env, "normalize_reward"):
+        if hasattr(env, "normalize_reward"):
             rewards = env.normalize_reward(to_numpy(rewards))
         dones = terminated if self.handle_timeout_termination else _either(terminated, truncated)
         tensor = self._to_torch

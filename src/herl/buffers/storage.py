@@ -31,6 +31,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -178,6 +179,17 @@ class EpisodeStorage:
             (key, dtype, offset, None if not spec.shape else offset + spec.size, spec.shape if len(spec.shape) > 1 else None)
             for key, (dtype, offset, spec) in self._columns.items()
         )
+        # a gathered block split at its fields' widths gives every field: piece_index says where each
+        # one lands when the blocks' pieces are concatenated (with the shared layout, the next states
+        # come from a second gather, whose pieces follow the first's)
+        self.block_widths = {dtype: [] for dtype in widths}
+        order = []
+        for key, (dtype, _, spec) in sorted(self._columns.items(), key=lambda item: list(widths).index(item[1][0])):
+            self.block_widths[dtype].append(spec.size)
+            order.append(key)
+        self.piece_index = {key: i for i, key in enumerate(order)}
+        if self.share_states:
+            self.piece_index.update({("n", key[1]): len(order) + i for i, key in enumerate(order) if key[0] == "s"})
         self._state_names = tuple(self.state_fields)
         self._transition_names = tuple(k for k in self.transition_fields if k not in self.end_fields)
 
@@ -227,6 +239,15 @@ class EpisodeStorage:
                 out[key] = block[:, start] if stop is None else block[:, start:stop] if shape is None else _reshaped(
                     block[:, start:stop], (len(flat), *shape))
         return out
+
+    def take_blocks(self, flat: np.ndarray) -> dict[np.dtype, np.ndarray]:
+        """Copies of the rows at ``flat`` of every dtype block (the fields of :meth:`field_of`)."""
+        return {dtype: self._take(block, flat) for dtype, block in self._blocks.items()}
+
+    def field_of(self, blocks: dict[np.dtype, np.ndarray], kind: str, name: str) -> np.ndarray:
+        """The view of field ``(kind, name)`` in blocks from :meth:`take_blocks`."""
+        dtype, offset, spec = self._columns[(kind, name)]
+        return self._field_view(blocks[dtype], offset, spec)
 
     def next_flat(self, flat: np.ndarray) -> np.ndarray:
         """Flat indices of the rows holding the next states of the transitions at ``flat`` (shared layout)."""
@@ -606,3 +627,45 @@ class TorchEpisodeStorage(EpisodeStorage):
         super().extend({k: convert(v, self.state_fields[k]) for k, v in states.items()},
                        {k: convert(v, self.state_fields[k]) for k, v in next_states.items()},
                        {k: convert(v, self.transition_fields[k]) for k, v in transitions.items()})
+
+
+class GatheredRows:
+    """Copies of the rows of a sampled batch, one gathered block per dtype, and views of their fields.
+
+    Editing a field (relabeling does) edits the block, never the storage. With the shared layout
+    the next states come from a second gather of the following rows.
+    """
+
+    __slots__ = ("storage", "blocks", "next_blocks")
+
+    def __init__(self, storage: EpisodeStorage, flat: np.ndarray) -> None:
+        self.storage = storage
+        self.blocks = storage.take_blocks(flat)
+        self.next_blocks = storage.take_blocks(storage.next_flat(flat)) if storage.share_states else None
+
+    def state(self, name: str):
+        return self.storage.field_of(self.blocks, "s", name)
+
+    def next_state(self, name: str):
+        if self.next_blocks is not None:
+            return self.storage.field_of(self.next_blocks, "s", name)
+        return self.storage.field_of(self.blocks, "n", name)
+
+    def transition(self, name: str):
+        return self.storage.field_of(self.blocks, "t", name)
+
+    def fields(self) -> tuple[dict, Any, dict, Any, Any, Any]:
+        """``(obs, action, next_obs, terminated, truncated, reward)``, observations as dicts of views."""
+        names = self.storage.state_fields
+        return ({k: self.state(k) for k in names}, self.transition("action"), {k: self.next_state(k) for k in names},
+                self.transition("terminated"), self.transition("truncated"), self.transition("reward"))
+
+    def pieces(self, to_tensor) -> list:
+        """Every field as a tensor, in ``storage.piece_index`` order: one conversion per block, then views."""
+        widths = self.storage.block_widths
+        out = []
+        for blocks in (self.blocks, self.next_blocks):
+            if blocks is not None:
+                for dtype, block in blocks.items():
+                    out += to_tensor(block).split(widths[dtype], dim=1)
+        return out
