@@ -8,6 +8,9 @@ k = 4. Reports microseconds per added transition (n_envs = 1 and 8), per sample 
     python benchmarks/buffer_throughput.py            # full run (a few minutes)
     python benchmarks/buffer_throughput.py --quick    # 20k transitions, for a smoke test
 
+A second table (skip with --no-cpprb-interface) runs benchmarks/compat_cpprb.py: herl's cpprb-style
+HindsightReplayBuffer against cpprb's own, with the same calls, prioritized replay off and on.
+
 Peers come from the `bench` extra: pip install -e ".[bench]".
 """
 
@@ -214,6 +217,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20k transitions instead of 100k")
     parser.add_argument("--repeats", type=int, default=7, help="timing repeats per sample measurement (best kept)")
+    parser.add_argument("--no-cpprb-interface", action="store_true",
+                        help="skip the second table: herl.HindsightReplayBuffer against cpprb's, PER on and off")
     args = parser.parse_args()
     n_transitions = 20_000 if args.quick else 100_000
     torch.set_num_threads(1)
@@ -244,6 +249,12 @@ def main() -> None:
         sb3_bytes = by_name["SB3 HerReplayBuffer"]["bytes"]
         for name in ("herl", "herl (optimize_memory_usage)"):
             print(f"n_envs={n_envs}: {name} bytes/transition = {by_name[name]['bytes'] / sb3_bytes:.0%} of SB3's")
+    if not args.no_cpprb_interface:
+        # the cpprb interface (herl.HindsightReplayBuffer) and cpprb with the same calls, PER off and on
+        from compat_cpprb import report
+
+        print()
+        report(n_transitions, fills=1 if args.quick else 3, repeats=3 if args.quick else args.repeats)
 
 
 if __name__ == "__main__":

@@ -105,11 +105,15 @@ def main() -> None:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="process CPU time or wall time")
     args = parser.parse_args()
     n_transitions, fills, repeats = (20_000, 1, 3) if args.quick else (100_000, args.fills, args.repeats)
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(1)
+    report(n_transitions, fills, repeats, args.clock)
 
+
+def report(n_transitions: int, fills: int, repeats: int, clock_name: str = "cpu") -> None:
+    """Measure both buffers with and without PER and print the table and the ratios."""
+    clock = time.process_time if clock_name == "cpu" else time.perf_counter
     print(f"# cpprb-compatible HER buffer ({platform.processor() or platform.machine()}, numpy {np.__version__}, "
-          f"{args.clock} clock)")
+          f"{clock_name} clock)")
     print(f"# {n_transitions} transitions added, capacity {CAPACITY}, episodes of {EPISODE}, future k={K}, "
           f"medians of {fills} fills and {repeats}x{SAMPLE_CALLS} samples\n")
     results = {prioritized: compare(prioritized, n_transitions, fills, repeats, clock) for prioritized in (False, True)}
@@ -124,7 +128,6 @@ def main() -> None:
     for prioritized, by_name in results.items():
         ours, theirs = by_name["herl.compat.cpprb"], by_name["cpprb"]
         print(f"PER {'on ' if prioritized else 'off'}: " + ", ".join(f"{c} {theirs[c] / ours[c]:.2f}x" for c in columns))
-
 
 if __name__ == "__main__":
     main()

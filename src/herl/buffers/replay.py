@@ -360,11 +360,12 @@ class ReplayBuffer:
             return self._normalized_samples(*rows.fields(), env=env)
         # one tensor (one host-to-device copy) per gathered block, split into views of its fields
         pieces, index = rows.pieces(self._to_torch), rows.storage.piece_index
-        n, shaped = len(pieces[0]), self._multi_dim_fields
+        shaped = self._multi_dim_fields
         obs = {k: pieces[index["s", k]] for k in self._state_specs}
         next_obs = {k: pieces[index["n", k]] for k in self._state_specs}
         actions = pieces[index["t", "action"]]
         if shaped:
+            n = pieces[0].shape[0]
             obs = {k: v.reshape(n, *shaped[k]) if k in shaped else v for k, v in obs.items()}
             next_obs = {k: v.reshape(n, *shaped[k]) if k in shaped else v for k, v in next_obs.items()}
             actions = actions.reshape(n, *shaped["action"]) if "action" in shaped else actions

@@ -662,10 +662,11 @@ class GatheredRows:
 
     def pieces(self, to_tensor) -> list:
         """Every field as a tensor, in ``storage.piece_index`` order: one conversion per block, then views."""
+        import torch
         widths = self.storage.block_widths
         out = []
         for blocks in (self.blocks, self.next_blocks):
             if blocks is not None:
                 for dtype, block in blocks.items():
-                    out += to_tensor(block).split(widths[dtype], dim=1)
+                    out += torch.split_with_sizes(to_tensor(block), widths[dtype], dim=1)
         return out
