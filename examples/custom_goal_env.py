@@ -45,6 +45,11 @@ class GridReachEnv(gym.Env):
         # Vectorized over a leading batch axis: compare along the last axis only.
         return -np.any(achieved_goal != desired_goal, axis=-1).astype(np.float32)
 
+    def compute_terminated(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: dict) -> np.ndarray:
+        # The episode ends on the goal: HER recomputes this for relabeled transitions, so that reaching
+        # a hindsight goal is a terminal transition too (no bootstrapping past it).
+        return np.all(achieved_goal == desired_goal, axis=-1)
+
     def _obs(self) -> dict[str, np.ndarray]:
         position = self.position.copy()
         return {"observation": position, "achieved_goal": position.copy(), "desired_goal": self.goal.copy()}

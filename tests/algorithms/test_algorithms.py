@@ -234,3 +234,17 @@ def test_random_action_prob(algo):
     assert 16 < replaced.sum() < 48  # about half of the 64 rows, each uniform in [-1, 1]
     with pytest.raises(ValueError, match="random_action_prob"):
         make_model(algo, random_action_prob=1.5)
+
+
+def test_load_replay_buffer_keeps_the_reward_function_of_replay_buffer_kwargs(tmp_path):
+    def seven(achieved_goal, desired_goal, info):  # recognisable: the env's rewards are -1 and 0
+        return np.full(len(achieved_goal), -7.0, dtype=np.float32)
+
+    buffer = dict(replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=dict(n_sampled_goal=4, compute_reward=seven))
+    model = DQN("MultiInputPolicy", make_env(DQN), seed=0, **SMALL, **buffer)
+    model.learn(60)
+    model.save_replay_buffer(tmp_path / "buffer.zip")
+    other = DQN("MultiInputPolicy", make_env(DQN), seed=1, **SMALL, **buffer)
+    other.load_replay_buffer(tmp_path / "buffer.zip")
+    rewards = other.replay_buffer.sample(256).rewards
+    assert (rewards == -7.0).float().mean() > 0.5  # the relabeled 4/5 use `seven`

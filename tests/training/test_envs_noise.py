@@ -80,3 +80,10 @@ def test_td3_with_noise_learns_continuous_bit_flipping_briefly():
     model.learn(100)
     assert model.num_timesteps == 100
     assert isinstance(gym.make("herl/BitFlipping-v0").unwrapped, BitFlippingEnv)
+
+
+def test_gradient_steps_minus_one_counts_every_envs_transitions():
+    model = DQN("MultiInputPolicy", vector_env(AutoresetMode.SAME_STEP, n=3), train_freq=1, gradient_steps=-1,
+                **{**SMALL, "learning_starts": 0})
+    model.learn(30)  # 10 vector steps of 3 transitions, each followed by 3 updates (as SB3)
+    assert model._n_updates == 30

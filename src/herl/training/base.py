@@ -376,10 +376,14 @@ class OffPolicyAlgorithm:
         self.replay_buffer.save(path)
 
     def load_replay_buffer(self, path: str | os.PathLike, truncate_last_traj: bool = True) -> None:
-        """Replace the replay buffer by one saved with :meth:`save_replay_buffer` (a HER buffer reuses this model's env)."""
+        """Replace the replay buffer by one saved with :meth:`save_replay_buffer`. A HER buffer reuses this
+        model's env, and the ``compute_reward`` / ``compute_terminated`` of its ``replay_buffer_kwargs``
+        (functions are code, never stored in the file)."""
         buffer_class = self.replay_buffer_class
         if issubclass(buffer_class, HerReplayBuffer):
-            buffer = buffer_class.load(path, env=self._raw_env, device=self.device)
+            functions = {k: self.replay_buffer_kwargs[k] for k in ("compute_reward", "compute_terminated")
+                         if self.replay_buffer_kwargs.get(k) is not None}
+            buffer = buffer_class.load(path, env=self._raw_env, device=self.device, **functions)
         else:
             buffer = buffer_class.load(path, device=self.device)
         if buffer.observation_space != self.observation_space or buffer.action_space != self.action_space:

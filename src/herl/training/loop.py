@@ -94,7 +94,8 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         model._current_progress_remaining = 1.0 - model.num_timesteps / max(total_timesteps, 1)
         callback.on_rollout_end()
         if go_on and model.num_timesteps > config.learning_starts:
-            gradient_steps = config.gradient_steps if config.gradient_steps >= 0 else steps
+            # -1: one update per transition collected, counting every env's (as SB3)
+            gradient_steps = config.gradient_steps if config.gradient_steps >= 0 else steps * env.n_envs
             if gradient_steps > 0:
                 model.train(gradient_steps)
     if bar is not None:
