@@ -87,3 +87,45 @@ def test_gradient_steps_minus_one_counts_every_envs_transitions():
                 **{**SMALL, "learning_starts": 0})
     model.learn(30)  # 10 vector steps of 3 transitions, each followed by 3 updates (as SB3)
     assert model._n_updates == 30
+
+
+def test_each_env_gets_its_own_noise():
+    from herl import TD3
+
+    normal = NormalActionNoise(np.zeros(3), np.ones(3), seed=0)
+    rows = normal.sample(4)
+    assert rows.shape == (4, 3) and len(np.unique(rows[:, 0])) == 4  # independent draws, not one broadcast
+    ou = OrnsteinUhlenbeckActionNoise(np.zeros(2), np.ones(2), seed=0)
+    ou.sample(3)
+    ou.sample(3)
+    ou.reset([1])  # env 1's episode ended: only its state restarts
+    assert np.array_equal(ou.noise_prev[1], np.zeros(2))
+    assert not np.any(ou.noise_prev[[0, 2]] == 0)
+
+    env = vector_env(AutoresetMode.SAME_STEP, n=2, continuous=True)
+    model = TD3("MultiInputPolicy", env, action_noise=NormalActionNoise(np.zeros(3), 0.3 * np.ones(3)),
+                **{**SMALL, "learning_starts": 0})
+    obs, _ = env.reset(seed=0)
+    obs = {k: np.repeat(v[:1], 2, axis=0) for k, v in obs.items()}  # both envs see the same observation
+    actions = model._collect_actions(obs)
+    assert not np.array_equal(actions[0], actions[1])  # yet explore differently
+
+
+class _CallOnlyNoise(NormalActionNoise):
+    """An SB3-style noise: ``__call__`` and a ``reset()`` without arguments."""
+
+    def sample(self, n):
+        return super(NormalActionNoise, self).sample(n)  # the base class: n calls
+
+    def reset(self):
+        self.resets = getattr(self, "resets", 0) + 1
+
+
+def test_sb3_style_noise_subclass_still_works():
+    from herl import TD3
+
+    noise = _CallOnlyNoise(np.zeros(3), 0.1 * np.ones(3))
+    model = TD3("MultiInputPolicy", vector_env(AutoresetMode.SAME_STEP, n=2, continuous=True), action_noise=noise,
+                **SMALL)
+    model.learn(40)
+    assert noise.resets >= 1

@@ -264,7 +264,7 @@ class OffPolicyAlgorithm:
             return self._random_actions(self.n_envs)
         actions = self._policy_actions(obs, deterministic=False)
         if self.action_noise is not None:
-            actions = np.clip(actions + self.action_noise(), -1.0, 1.0).astype(np.float32)
+            actions = np.clip(actions + self.action_noise.sample(len(actions)), -1.0, 1.0).astype(np.float32)
         return actions
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,

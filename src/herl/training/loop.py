@@ -80,7 +80,7 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
                     episodes += 1
                     model._episode_num += 1
                     if noise is not None:
-                        noise.reset()
+                        _reset_noise(noise, i)
                     if log_interval and model._episode_num % log_interval == 0:
                         _dump_logs(model, start_timesteps, start_time)
             obs = new_obs
@@ -102,6 +102,14 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         bar.close()
     callback.on_training_end()
     return model
+
+
+def _reset_noise(noise: Any, env_index: int) -> None:
+    """Restart the noise of the env whose episode ended (an SB3-style noise with ``reset()`` restarts whole)."""
+    try:
+        noise.reset([env_index])
+    except TypeError:
+        noise.reset()
 
 
 def _default_logger(model: Any, tb_log_name: str, reset_num_timesteps: bool) -> Logger:

@@ -1,5 +1,8 @@
 """Exploration noise added to deterministic actions (DDPG, TD3), with Stable-Baselines3's class names.
 
+With several envs each env gets its own draws, and its own state for OU noise, restarted when its
+episode ends (what SB3's ``VectorizedActionNoise`` does; here built in).
+
 Noise is drawn in the policy's action scale ([-1, 1]) and the noisy action is clipped there, as SB3 does.
 Each noise object draws from its own ``np.random.Generator``; an algorithm seeds it from its own seed
 with :meth:`ActionNoise.seed` unless the noise was given one.
@@ -28,11 +31,18 @@ class ActionNoise:
         self.rng = np.random.default_rng(seed)
         self.seeded = seed is not None
 
-    def reset(self) -> None:
-        """Called at the start of every episode (a no-op for memoryless noise)."""
+    def reset(self, indices: Any = None) -> None:
+        """Called when episodes end: for the envs at ``indices`` (all when None). A no-op for memoryless noise."""
 
     def __call__(self) -> np.ndarray:
         raise NotImplementedError
+
+    def sample(self, n: int) -> np.ndarray:
+        """One draw per env, ``(n, *mean.shape)``: independent across envs, each env with its own state.
+
+        The training loop calls this; a subclass that only defines ``__call__`` (as in SB3) draws ``n`` times.
+        """
+        return np.stack([self() for _ in range(n)])
 
     def to_json(self) -> dict[str, Any]:
         return {"class": type(self).__name__, "mean": self.mean.tolist(), "sigma": self.sigma.tolist()}
@@ -47,6 +57,9 @@ class NormalActionNoise(ActionNoise):
     def __call__(self) -> np.ndarray:
         return self.rng.normal(self.mean, self.sigma)
 
+    def sample(self, n: int) -> np.ndarray:
+        return self.rng.normal(self.mean, self.sigma, size=(n, *self.mean.shape))
+
 
 class OrnsteinUhlenbeckActionNoise(ActionNoise):
     """Temporally correlated noise, as in the DDPG paper (Lillicrap et al. 2015): dx = theta (mean - x) dt + sigma dW."""
@@ -59,13 +72,23 @@ class OrnsteinUhlenbeckActionNoise(ActionNoise):
         self.initial_noise = None if initial_noise is None else np.asarray(initial_noise, dtype=np.float64)
         self.reset()
 
-    def reset(self) -> None:
-        self.noise_prev = self.initial_noise if self.initial_noise is not None else np.zeros_like(self.mean)
+    def reset(self, indices: Any = None) -> None:
+        start = self.initial_noise if self.initial_noise is not None else np.zeros_like(self.mean)
+        if indices is None or self.noise_prev.shape == self.mean.shape:
+            self.noise_prev = np.array(start, dtype=np.float64)  # one state, or every env's
+        else:
+            self.noise_prev[indices] = start  # (n_envs, ...) states: restart only the envs whose episode ended
 
     def __call__(self) -> np.ndarray:
-        noise = (self.noise_prev + self.theta * (self.mean - self.noise_prev) * self.dt
-                 + self.sigma * np.sqrt(self.dt) * self.rng.normal(size=self.mean.shape))
-        self.noise_prev = noise
+        """One draw (SB3's call). Once :meth:`sample` has kept one state per env, this steps them all and returns the first."""
+        return self.sample(1)[0] if self.noise_prev.shape == self.mean.shape else self.sample(len(self.noise_prev))[0]
+
+    def sample(self, n: int) -> np.ndarray:
+        shape = (n, *self.mean.shape)
+        previous = self.noise_prev if self.noise_prev.shape == shape else np.broadcast_to(self.noise_prev, shape)
+        noise = (previous + self.theta * (self.mean - previous) * self.dt
+                 + self.sigma * np.sqrt(self.dt) * self.rng.normal(size=shape))
+        self.noise_prev = noise if n > 1 else noise[0]
         return noise
 
     def to_json(self) -> dict[str, Any]:
