@@ -195,28 +195,38 @@ class CpprbRunner:
 
 
 # --------------------------------------------------------------------------- measurement
-def measure(runner, n_envs: int, n_transitions: int, repeats: int) -> dict[str, float]:
+def measure(runners: list, n_envs: int, n_transitions: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Fill each buffer, then time them in interleaved rounds (each round times every buffer once),
+    so that a burst of load on the shared machine hits all of them alike; the best round is kept."""
     steps, actions, rewards = make_episodes(n_envs)
     episodes = n_transitions // (EPISODE * n_envs)
-    start = time.perf_counter()
-    for _ in range(episodes):
-        # the flat copies that cpprb needs are made inside its add_episode, which is fair: a user
-        # of cpprb builds them in the loop too
-        runner.add_episode(steps, actions, rewards)
-    add_us = (time.perf_counter() - start) / (episodes * EPISODE * n_envs) * 1e6
-    result = {"add_us": add_us}
+    results: dict[str, dict[str, float]] = {}
+    for runner in runners:
+        start = time.perf_counter()
+        for _ in range(episodes):
+            # the flat copies that cpprb needs are made inside its add_episode, which is fair: a user
+            # of cpprb builds them in the loop too
+            runner.add_episode(steps, actions, rewards)
+        results[runner.name] = {"add_us": (time.perf_counter() - start) / (episodes * EPISODE * n_envs) * 1e6,
+                                "bytes": runner.bytes_per_transition()}
+    n_calls = 200
     for batch in (256, 1024):
-        runner.sample(batch)
-        n_calls = 200
-        result[f"sample{batch}_us"] = timed(lambda: [runner.sample(batch) for _ in range(n_calls)], repeats) / n_calls * 1e6
-    result["bytes"] = runner.bytes_per_transition()
-    return result
+        for runner in runners:
+            runner.sample(batch)  # warm-up
+        best = {runner.name: float("inf") for runner in runners}
+        for _ in range(repeats):
+            for runner in runners:
+                elapsed = timed(lambda: [runner.sample(batch) for _ in range(n_calls)], 1)
+                best[runner.name] = min(best[runner.name], elapsed / n_calls * 1e6)
+        for name, us in best.items():
+            results[name][f"sample{batch}_us"] = us
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20k transitions instead of 100k")
-    parser.add_argument("--repeats", type=int, default=7, help="timing repeats per sample measurement (best kept)")
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds of sample timings (best kept)")
     parser.add_argument("--no-cpprb-interface", action="store_true",
                         help="skip the second table: herl.HindsightReplayBuffer against cpprb's, PER on and off")
     args = parser.parse_args()
@@ -228,7 +238,8 @@ def main() -> None:
     rows = []
     for n_envs in (1, 8):
         runners = [HerlRunner(n_envs), HerlRunner(n_envs, optimize=True), SB3Runner(n_envs), CpprbRunner(n_envs)]
-        results = {r.name: measure(r, n_envs, n_transitions, args.repeats) for r in runners}
+        results = measure(runners, n_envs, n_transitions, args.repeats)
+        del runners  # ~1 GB of buffers
         for name, res in results.items():
             rows.append((n_envs, name, res))
     header = f"| n_envs | buffer | add µs/transition | sample 256 µs | sample 1024 µs | bytes/transition |"
