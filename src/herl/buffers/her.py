@@ -300,8 +300,12 @@ class HerReplayBuffer(ReplayBuffer):
             source = source_store.sample_flat(len(flat), self.rng, complete_only=complete_only, uniform=True)
             return source_store.next_state("achieved_goal", source)
         offsets, lengths = storage.episode_position(flat)
-        goal_offsets = sample_goal_offsets(self.goal_selection_strategy, offsets, lengths, self.rng)
-        return storage.next_state("achieved_goal", storage.shift(flat, goal_offsets - offsets))
+        if self.goal_selection_strategy is GoalSelectionStrategy.FUTURE:
+            # sample_goal_offsets' draw, as steps ahead of each transition: floor(u * (L - t)) rows further
+            ahead = (self.rng.random(len(flat)) * (lengths - offsets)).astype(np.int64)
+        else:
+            ahead = sample_goal_offsets(self.goal_selection_strategy, offsets, lengths, self.rng) - offsets
+        return storage.next_state("achieved_goal", storage.shift(flat, ahead))
 
     def sample(self, batch_size: int, env: Any = None, *, beta: float | None = None) -> DictReplayBufferSamples:
         """Draw ``batch_size`` transitions, a fraction k/(k+1) of them with hindsight goals.

@@ -515,7 +515,7 @@ class EpisodeStorage:
 
     def shift(self, flat: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Flat indices ``steps`` rows after ``flat`` in the same environment's column (wrapping around)."""
-        return (flat + steps * self.n_envs) % (self.rows * self.n_envs)
+        return (flat + (steps if self.n_envs == 1 else steps * self.n_envs)) % (self.rows * self.n_envs)
 
     def flat_index(self, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
         return (rows % self.rows) * self.n_envs + envs
