@@ -488,6 +488,8 @@ class EpisodeStorage:
                 + (" (or wait for an episode to end)" if complete_only else "")
             )
         window = self.window * self.n_envs
+        if n_valid == window:  # every row written so far holds a valid transition: no rejection needed
+            return uniform_integers(rng, 0, window, n)
         accept = n_valid / window
         chunks: list[np.ndarray] = []
         missing = n
