@@ -234,21 +234,15 @@ class HerReplayBuffer(ReplayBuffer):
         last = (stage.pos[env_idx] - 1) % stage.rows
         start, length = int(stage.ep_start[last, env_idx]), int(stage.ep_len[last, env_idx])
         flat = stage.flat_index(np.arange(start, start + length), np.full(length, env_idx))
-        infos = {name: v for (_, name), v in stage.gather(flat, "t").items() if name.startswith(INFO_PREFIX)}
-        obs, actions, next_obs, terminated, truncated, rewards = GatheredRows(stage, flat).fields()
         # the episode once as it happened, stored first so that `random` can draw goals from it too
-        self.relabeled.extend(obs, next_obs, {"action": actions, "reward": rewards, "terminated": terminated,
-                                              "truncated": truncated, **infos})
+        self.relabeled.extend(*GatheredRows(stage, flat).fields())
         if not self.n_sampled_goal:
             return
         # then k relabeled copies of it
         copies = np.concatenate([flat] * self.n_sampled_goal)
         rows = GatheredRows(stage, copies)
         self._relabel(stage, copies, slice(None), rows)
-        obs, actions, next_obs, terminated, truncated, rewards = rows.fields()
-        infos = {name: v for (_, name), v in stage.gather(copies, "t").items() if name.startswith(INFO_PREFIX)}
-        self.relabeled.extend(obs, next_obs, {"action": actions, "reward": rewards, "terminated": terminated,
-                                              "truncated": truncated, **infos})
+        self.relabeled.extend(*rows.fields())
 
     # ------------------------------------------------------------------ sampling
     def _sample_arrays(self, batch_size: int):

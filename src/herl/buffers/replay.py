@@ -357,7 +357,9 @@ class ReplayBuffer:
 
     def _to_samples(self, rows: GatheredRows, *, env: Any = None):
         if env is not None and (hasattr(env, "normalize_obs") or hasattr(env, "normalize_reward")):
-            return self._normalized_samples(*rows.fields(), env=env)
+            obs, next_obs, fields = rows.fields()
+            return self._normalized_samples(obs, fields["action"], next_obs, fields["terminated"], fields["truncated"],
+                                            fields["reward"], env=env)
         # one tensor (one host-to-device copy) per gathered block, split into views of its fields
         pieces, index = rows.pieces(self._to_torch), rows.storage.piece_index
         shaped = self._multi_dim_fields

@@ -174,19 +174,12 @@ class EpisodeStorage:
             k: _reshaped(v, per_env + v.shape[1:]) for k, v in self.flat_next_states.items()
         }
         self.transitions = {k: _reshaped(v, per_env + v.shape[1:]) for k, v in self.flat_transitions.items()}
-        # (key, dtype, start, stop, shape) per field: stop None for scalars, shape None for vectors
-        self._column_table = tuple(
-            (key, dtype, offset, None if not spec.shape else offset + spec.size, spec.shape if len(spec.shape) > 1 else None)
-            for key, (dtype, offset, spec) in self._columns.items()
-        )
         # a gathered block split at its fields' widths gives every field: piece_index says where each
         # one lands when the blocks' pieces are concatenated (with the shared layout, the next states
         # come from a second gather, whose pieces follow the first's)
-        self.block_widths = {dtype: [] for dtype in widths}
-        order = []
-        for key, (dtype, _, spec) in sorted(self._columns.items(), key=lambda item: list(widths).index(item[1][0])):
-            self.block_widths[dtype].append(spec.size)
-            order.append(key)
+        by_dtype = {dtype: [(key, spec.size) for key, (d, _, spec) in self._columns.items() if d == dtype] for dtype in widths}
+        self.block_widths = {dtype: [size for _, size in columns] for dtype, columns in by_dtype.items()}
+        order = [key for columns in by_dtype.values() for key, _ in columns]
         self.piece_index = {key: i for i, key in enumerate(order)}
         if self.share_states:
             self.piece_index.update({("n", key[1]): len(order) + i for i, key in enumerate(order) if key[0] == "s"})
@@ -223,21 +216,6 @@ class EpisodeStorage:
         if not self.share_states:
             out.update({("n", k): v for k, v in self.flat_next_states.items()})
         out.update({("t", k): v for k, v in self.flat_transitions.items()})
-        return out
-
-    def gather(self, flat: np.ndarray, kinds: str = "snt") -> dict[tuple[str, str], np.ndarray]:
-        """Copies of the fields of ``kinds`` at ``flat`` indices: one gather per dtype block.
-
-        The arrays returned are views into fresh gathered blocks: editing them (relabeling)
-        never touches the storage.
-        """
-        gathered = {dtype: self._take(block, flat) for dtype, block in self._blocks.items()}
-        out = {}
-        for key, dtype, start, stop, shape in self._column_table:
-            if key[0] in kinds:
-                block = gathered[dtype]
-                out[key] = block[:, start] if stop is None else block[:, start:stop] if shape is None else _reshaped(
-                    block[:, start:stop], (len(flat), *shape))
         return out
 
     def take_blocks(self, flat: np.ndarray) -> dict[np.dtype, np.ndarray]:
@@ -656,11 +634,11 @@ class GatheredRows:
     def transition(self, name: str):
         return self.storage.field_of(self.blocks, "t", name)
 
-    def fields(self) -> tuple[dict, Any, dict, Any, Any, Any]:
-        """``(obs, action, next_obs, terminated, truncated, reward)``, observations as dicts of views."""
+    def fields(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """``(states, next_states, transitions)``: every stored field, as dicts of views."""
         names = self.storage.state_fields
-        return ({k: self.state(k) for k in names}, self.transition("action"), {k: self.next_state(k) for k in names},
-                self.transition("terminated"), self.transition("truncated"), self.transition("reward"))
+        return ({k: self.state(k) for k in names}, {k: self.next_state(k) for k in names},
+                {k: self.transition(k) for k in self.storage.transition_fields})
 
     def pieces(self, to_tensor) -> list:
         """Every field as a tensor, in ``storage.piece_index`` order: one conversion per block, then views."""
