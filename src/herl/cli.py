@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
     )
     from herl import __version__
+    from herl.run.config import ALGOS
 
     parser.add_argument("--version", action="version", version=f"herl {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train an agent; writes a run folder", allow_abbrev=False,
                                 description="Train an agent. Settings come from the env's preset, then the flags, "
                                 "then --set. Each seed gets RUN_DIR/seed_<S>/.")
-    train.add_argument("--algo", choices=("dqn", "ddpg", "td3", "sac"), help="algorithm (default: the preset's)")
+    train.add_argument("--algo", choices=ALGOS, help="algorithm (default: the preset's)")
     train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0")
     train.add_argument("--preset", metavar="NAME", help="preset to use (default: the one for the env; see herl list)")
     train.add_argument("--timesteps", type=_positive_int, metavar="N", help="env steps to train for")
@@ -330,6 +331,8 @@ ALGORITHMS = {
     "ddpg": "Deep Deterministic Policy Gradient (Box actions), the HER paper's algorithm",
     "td3": "Twin Delayed DDPG (Box actions)",
     "sac": "Soft Actor-Critic (Box actions)",
+    "tqc": "Truncated Quantile Critics: SAC with distributional critics (Box actions), zoo's Fetch algorithm",
+    "crossq": "CrossQ: SAC with batch renormalization and no target networks (Box actions)",
 }
 
 

@@ -296,7 +296,7 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
         (["train", "--env", "PandaReach-v3"], "pip install 'herl[panda]'"),
         (["train", "--env", "herl/BitFlipping-v0", "--set", "learnin_rate=1e-3"], "did you mean learning_rate"),
         (["train", "--env", "herl/BitFlipping-v0", "--set", "env.n_bit=3"], "its constructor takes: n_bits"),
-        (["train", "--env", "herl/PointReach-v0", "--algo", "dqn"], "use --algo sac, td3 or ddpg"),
+        (["train", "--env", "herl/PointReach-v0", "--algo", "dqn"], "use --algo sac, tqc, crossq, td3 or ddpg"),
         (["train", "--env", "herl/BitFlipping-v0", "--her", "futur:4"], "future, final, episode, random"),
         (["train", "--env", "herl/BitFlipping-v0", "--set", "her.strategy=futur"], "unknown HER strategy"),
         (["train", "--timesteps", "10"], "--env ID"),

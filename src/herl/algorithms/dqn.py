@@ -89,6 +89,11 @@ class DQN(OffPolicyAlgorithm):
         self.exploration_rate = cfg.exploration_initial_eps + fraction * (cfg.exploration_final_eps - cfg.exploration_initial_eps)
         return super()._collect_actions(obs)
 
+    @torch.no_grad()
+    def q_estimates(self, batch: Any) -> torch.Tensor:
+        x = self.encoder.normalize(self.encoder.flatten(batch.observations))
+        return self.q_net(x).gather(1, batch.actions.long().reshape(-1, 1)).reshape(-1)
+
     def _update(self, batch: Any) -> None:
         cfg = self.config
         n = batch.rewards.shape[0]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from herl.training.callbacks import as_callback
+from herl.training.diagnostics import replay_diagnostics
 from herl.training.logger import Logger, configure
 
 
@@ -139,6 +140,8 @@ def _dump_logs(model: Any, start_timesteps: int, start_time: float) -> None:
     if model._ep_success_buffer:
         logger.record("rollout/success_rate", float(np.mean(model._ep_success_buffer)))
     for key, value in model.train_info().items():
+        logger.record(key, value)
+    for key, value in replay_diagnostics(model).items():
         logger.record(key, value)
     logger.record("train/n_updates", model._n_updates)
     logger.record("train/learning_rate", model.config.learning_rate)
