@@ -24,6 +24,9 @@ _NON_REWARD_INFO_KEYS = frozenset({"TimeLimit.truncated", "terminal_observation"
                                    "final_info", "episode", "_episode"})
 
 
+_BOOL = np.dtype(bool)  # numpy's dtype objects of built-in types are singletons: `is` compares them
+
+
 def _either(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     """Logical or of two 0/1 float flag arrays."""
     return torch.maximum(a, b) if isinstance(a, torch.Tensor) else np.maximum(a, b)
@@ -243,7 +246,11 @@ class ReplayBuffer:
         """Hook for subclasses that store info keys (HER with ``copy_info_dict``)."""
 
     def _flags(self, value: Any, name: str) -> np.ndarray:
-        if type(value) is np.ndarray and value.shape == self._batch_shape:
+        """Termination flags as a bool array; SB3 accepts any dtype (float arrays, ints, lists, tensors).
+
+        The fast path must check the dtype too: a float ``done`` passed through unconverted breaks
+        ``done & ~truncated`` (issue 9)."""
+        if type(value) is np.ndarray and value.dtype is _BOOL and value.shape == self._batch_shape:
             return value
         return self._reshape(to_numpy(value), (), name).astype(bool, copy=False)
 
