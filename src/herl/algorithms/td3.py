@@ -71,13 +71,7 @@ class TD3(OffPolicyAlgorithm):
         return self.actor(x)  # exploration noise is the loop's action_noise
 
     def _collect_actions(self, obs: Any) -> np.ndarray:
-        actions = super()._collect_actions(obs)
-        p = self.config.random_action_prob
-        if p and self.num_timesteps >= self.config.learning_starts:
-            pick = self.rng.random(len(actions)) < p
-            if pick.any():
-                actions[pick] = self._random_actions(int(pick.sum()))
-        return actions
+        return self._mix_random_actions(super()._collect_actions(obs), self.config.random_action_prob)
 
     def _update(self, batch: Any) -> None:
         cfg = self.config

@@ -389,8 +389,7 @@ class ReplayBuffer:
     def _normalized_samples(self, obs, actions, next_obs, terminated, truncated, rewards, *, env: Any):
         """Samples through an SB3 ``VecNormalize`` (anything with ``normalize_obs`` / ``normalize_reward``)."""
         if hasattr(env, "normalize_obs"):
-            obs = env.normalize_obs({k: to_numpy(v) for k, v in obs.items()})
-            next_obs = env.normalize_obs({k: to_numpy(v) for k, v in next_obs.items()})
+            obs, next_obs = self._normalized_obs(env, obs), self._normalized_obs(env, next_obs)
         if hasattr(env, "normalize_reward"):
             rewards = env.normalize_reward(to_numpy(rewards))
         dones = terminated if self.handle_timeout_termination else _either(terminated, truncated)
@@ -401,6 +400,11 @@ class ReplayBuffer:
             next_observations = {k: tensor(v) for k, v in next_obs.items()}
             return DictReplayBufferSamples(observations, tensor(actions), next_observations, dones, rewards)
         return ReplayBufferSamples(tensor(obs["obs"]), tensor(actions), tensor(next_obs["obs"]), dones, rewards)
+
+    def _normalized_obs(self, env: Any, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        if self._dict_obs:
+            return env.normalize_obs({k: to_numpy(v) for k, v in obs.items()})
+        return {"obs": env.normalize_obs(to_numpy(obs["obs"]))}  # a flat space: VecNormalize takes the array
 
     def _to_torch(self, array: np.ndarray | torch.Tensor) -> torch.Tensor:
         if self._cpu_numpy and type(array) is np.ndarray:  # the common case, in the sampling hot path

@@ -269,7 +269,7 @@ class HER:
         if not issubclass(model.replay_buffer_class, HerReplayBuffer):
             raise ValueError(f"{load_path} holds a {type(model).__name__} without HER: load it with {type(model).__name__}.load")
         her = cls.__new__(cls)
-        her.model, her.model_class, her.policy = model, type(model), model.policy
+        her.model, her.model_class, her.policy = model, type(model), model.policy_name
         her.n_sampled_goal = model.replay_buffer_kwargs.get("n_sampled_goal", 4)
         her.goal_selection_strategy = parse_strategy(model.replay_buffer_kwargs.get("goal_selection_strategy", "future"))
         return her

@@ -8,6 +8,7 @@ view of the training state at the current step (``new_obs``, ``rewards``, ``done
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -195,6 +196,12 @@ class EvalCallback(EventCallback):
         callback_after_eval: called after every evaluation.
         best_model_save_path: where ``best_model.zip`` goes when the mean reward improves.
         log_path: where ``evaluations.npz`` (timesteps, rewards, lengths, successes) goes.
+
+    ``eval_env`` may be an SB3 VecEnv; a ``VecNormalize`` one gets the training env's statistics before each
+    evaluation, as SB3 does. Attributes, as SB3 names them: ``last_mean_reward`` and ``best_mean_reward``
+    (``-inf`` before the first evaluation), ``last_success_rate``, and one entry per evaluation in
+    ``evaluations_timesteps``, ``evaluations_results`` (episode returns), ``evaluations_length`` and
+    ``evaluations_successes`` (``info["is_success"]`` at each episode's end).
     """
 
     def __init__(self, eval_env: Any, callback_on_new_best: BaseCallback | None = None,
@@ -230,6 +237,7 @@ class EvalCallback(EventCallback):
             return True
         from herl.training.evaluation import evaluate_policy
 
+        _sync_vec_normalize(self.model.get_env(), self.eval_env)
         rewards, lengths, successes = evaluate_policy(
             self.model, self.eval_env, n_eval_episodes=self.n_eval_episodes, deterministic=self.deterministic,
             return_episode_rewards=True, return_success_rate=True,
@@ -265,6 +273,18 @@ class EvalCallback(EventCallback):
         if self.callback is not None:
             go_on = self._on_event() and go_on
         return go_on
+
+
+def _sync_vec_normalize(train_env: Any, eval_env: Any) -> None:
+    """Give the eval env's SB3 ``VecNormalize`` the training env's statistics (SB3's ``sync_envs_normalization``)."""
+    from herl.training.envs import find_vec_normalize
+
+    source, target = find_vec_normalize(train_env), find_vec_normalize(eval_env)
+    if source is None or target is None:
+        return
+    for name in ("obs_rms", "ret_rms"):
+        if hasattr(source, name):
+            setattr(target, name, copy.deepcopy(getattr(source, name)))
 
 
 class CheckpointCallback(BaseCallback):
