@@ -362,6 +362,13 @@ class ReplayBuffer:
     def _prioritized_storage(self) -> EpisodeStorage:
         return self.storage
 
+    def max_priority(self) -> float:
+        """The highest priority given so far (1.0 before any update), which new transitions get."""
+        if not self.prioritized:
+            raise ValueError("max_priority needs a prioritized buffer: construct it with prioritized=True")
+        tree = self._prioritized_storage().priorities
+        return 1.0 if tree is None else float(tree.max_priority)
+
     def _to_samples(self, rows: GatheredRows, *, env: Any = None):
         if env is not None and (hasattr(env, "normalize_obs") or hasattr(env, "normalize_reward")):
             obs, next_obs, fields = rows.fields()
