@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from herl import DQN, SAC, TD3, EvalCallback, HerReplayBuffer, evaluate_policy
+from herl import DQN, SAC, TD3, CheckpointCallback, EvalCallback, HerReplayBuffer, evaluate_policy
 from herl.envs import BitFlippingEnv
 from herl.training.envs import SB3VecEnvAdapter, as_env_adapter
 
@@ -125,3 +125,14 @@ def test_her_buffer_takes_vec_normalize_and_reaches_compute_reward_through_it():
     buffer = HerReplayBuffer(100, venv.observation_space, venv.action_space, env=venv, device="cpu", seed=0)
     ag, g = np.zeros((3, 2), np.float32), np.array([[0, 0], [1, 1], [0.01, 0]], np.float32)
     np.testing.assert_array_equal(buffer._compute_reward(ag, g, {}), [0.0, -1.0, 0.0])
+
+
+def test_checkpoint_callback_saves_vec_normalize_statistics_as_sb3_does(tmp_path):
+    venv = VecNormalize(make_vec_env(point_env, n_envs=1, seed=0))
+    model = SAC("MultiInputPolicy", venv, replay_buffer_class=HerReplayBuffer, **SMALL)
+    model.learn(40, callback=CheckpointCallback(20, tmp_path, save_vecnormalize=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "rl_model_20_steps.zip", "rl_model_40_steps.zip",
+        "rl_model_vecnormalize_20_steps.pkl", "rl_model_vecnormalize_40_steps.pkl"]
+    loaded = VecNormalize.load(tmp_path / "rl_model_vecnormalize_40_steps.pkl", make_vec_env(point_env, n_envs=1))
+    np.testing.assert_array_equal(loaded.obs_rms["observation"].mean, venv.obs_rms["observation"].mean)

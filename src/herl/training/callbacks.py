@@ -288,15 +288,20 @@ def _sync_vec_normalize(train_env: Any, eval_env: Any) -> None:
 
 
 class CheckpointCallback(BaseCallback):
-    """Save the model every ``save_freq`` calls to ``save_path/{name_prefix}_{num_timesteps}_steps.zip``."""
+    """Save the model every ``save_freq`` calls to ``save_path/{name_prefix}_{num_timesteps}_steps.zip``.
+
+    ``save_vecnormalize=True`` also saves the training env's SB3 ``VecNormalize`` statistics, with its own
+    ``save`` (SB3's file, which ``VecNormalize.load`` reads), as ``{name_prefix}_vecnormalize_{num_timesteps}_steps.pkl``.
+    """
 
     def __init__(self, save_freq: int, save_path: str | os.PathLike, name_prefix: str = "rl_model",
-                 save_replay_buffer: bool = False, verbose: int = 0) -> None:
+                 save_replay_buffer: bool = False, save_vecnormalize: bool = False, verbose: int = 0) -> None:
         super().__init__(verbose)
         self.save_freq = int(save_freq)
         self.save_path = Path(save_path)
         self.name_prefix = name_prefix
         self.save_replay_buffer = save_replay_buffer
+        self.save_vecnormalize = save_vecnormalize
 
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq == 0:
@@ -304,6 +309,9 @@ class CheckpointCallback(BaseCallback):
             self.model.save(path)
             if self.save_replay_buffer:
                 self.model.save_replay_buffer(self.save_path / f"{self.name_prefix}_replay_buffer_{self.num_timesteps}_steps.zip")
+            vec_normalize = self.model.get_vec_normalize_env() if self.save_vecnormalize else None
+            if vec_normalize is not None:
+                vec_normalize.save(self.save_path / f"{self.name_prefix}_vecnormalize_{self.num_timesteps}_steps.pkl")
             if self.verbose:
                 print(f"Saving model checkpoint to {path}")
         return True
