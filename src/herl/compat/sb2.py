@@ -236,7 +236,8 @@ def _sb2_policy_kwargs(policy_kwargs: Mapping[str, Any] | None) -> dict[str, Any
             raise ValueError("policy_kwargs has both layers (SB2's name) and net_arch: give one")
         out["net_arch"] = list(out.pop("layers"))
     if "act_fun" in out:
-        raise ValueError("policy_kwargs act_fun is a TensorFlow function in SB2: use activation_fn=torch.nn.ReLU (or 'relu', 'tanh', ...)")
+        raise ValueError("policy_kwargs act_fun is a TensorFlow function in SB2: use activation_fn=torch.nn.ReLU "
+                         "(or 'relu', 'tanh', ...)")
     out.setdefault("net_arch", list(SB2_LAYERS))
     return out
 
@@ -263,8 +264,8 @@ class HER:
         self.n_sampled_goal = n_sampled_goal
         self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
         kwargs, sb2_buffer_kwargs = sb2_kwargs(model_class, kwargs)
-        buffer_kwargs = {"n_sampled_goal": n_sampled_goal, "goal_selection_strategy": self.goal_selection_strategy.name.lower(),
-                         **sb2_buffer_kwargs}
+        buffer_kwargs = {"n_sampled_goal": n_sampled_goal,
+                         "goal_selection_strategy": self.goal_selection_strategy.name.lower(), **sb2_buffer_kwargs}
         if "online_sampling" in kwargs:
             buffer_kwargs["online_sampling"] = kwargs.pop("online_sampling")
         buffer_kwargs.update(kwargs.pop("replay_buffer_kwargs", None) or {})

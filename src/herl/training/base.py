@@ -421,7 +421,7 @@ class OffPolicyAlgorithm:
 
 
 def _accept_sde_off(hyperparameters: dict[str, Any]) -> None:
-    """SB3's gSDE arguments: off (SB3's default, which SB3 users often pass) is accepted; on is refused with what to use."""
+    """SB3's gSDE arguments: off (SB3's default, often passed) is accepted; on is refused with what to use."""
     use_sde = hyperparameters.pop("use_sde", False)
     for name in ("sde_sample_freq", "use_sde_at_warmup"):
         hyperparameters.pop(name, None)
