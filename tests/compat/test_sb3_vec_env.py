@@ -136,3 +136,43 @@ def test_checkpoint_callback_saves_vec_normalize_statistics_as_sb3_does(tmp_path
         "rl_model_vecnormalize_20_steps.pkl", "rl_model_vecnormalize_40_steps.pkl"]
     loaded = VecNormalize.load(tmp_path / "rl_model_vecnormalize_40_steps.pkl", make_vec_env(point_env, n_envs=1))
     np.testing.assert_array_equal(loaded.obs_rms["observation"].mean, venv.obs_rms["observation"].mean)
+
+
+class ResetFirstGoalEnv(gym.Env):
+    """A goal env whose compute_reward reads state that reset sets (as SB3's image bit flipping env does), and that has
+    no compute_terminated. SB3 first calls compute_reward when sampling, after the env was reset."""
+
+    def __init__(self):
+        box = gym.spaces.Box(-1, 1, (2,), np.float32)
+        self.observation_space = gym.spaces.Dict(observation=box, achieved_goal=box, desired_goal=box)
+        self.action_space = box
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.threshold, self.t = 0.2, 0
+        self.position, self.goal = np.zeros(2, np.float32), self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"observation": self.position.copy(), "achieved_goal": self.position.copy(), "desired_goal": self.goal}
+
+    def step(self, action):
+        self.position = np.clip(self.position + 0.2 * action, -1, 1).astype(np.float32)
+        self.t += 1
+        reward = float(self.compute_reward(self.position, self.goal, {}))
+        return self._obs(), reward, False, self.t >= 5, {}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -(np.linalg.norm(achieved_goal - desired_goal, axis=-1) > self.threshold).astype(np.float32)
+
+
+@pytest.mark.parametrize("vec_env_cls", [DummyVecEnv, SubprocVecEnv])
+def test_an_env_whose_compute_reward_needs_a_reset_and_that_lacks_compute_terminated(vec_env_cls):
+    venv = make_vec_env(ResetFirstGoalEnv, n_envs=2, vec_env_cls=vec_env_cls)
+    try:
+        model = TD3("MultiInputPolicy", venv, replay_buffer_class=HerReplayBuffer, **SMALL)
+        assert model.replay_buffer._compute_terminated is None  # the env has none: stored flags are kept
+        model.learn(40)  # the vectorization probe waits for the first use, once the env was reset
+        assert model.replay_buffer._probe_done
+    finally:
+        venv.close()

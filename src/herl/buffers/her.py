@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from herl.buffers.goal_functions import bind_goal_function, env_goal_function, probe_vectorized
+from herl.buffers.goal_functions import bind_goal_function, env_goal_function, is_remote_goal_env, probe_vectorized
 from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
@@ -159,7 +159,7 @@ class HerReplayBuffer(ReplayBuffer):
             self._on_episode_end = self._check_first_episode
         self._probe_done = False
         if not self.copy_info_dict:  # with info entries, probe once their shapes are known (first add)
-            self._probe()
+            self._probe(at_construction=True)
 
     # ------------------------------------------------------------------ goal functions
     def _bind_goal_functions(self, env: Any, compute_reward: Callable | None, compute_terminated: Callable | None) -> None:
@@ -173,15 +173,29 @@ class HerReplayBuffer(ReplayBuffer):
         self._compute_reward = bind_goal_function(reward_fn) if reward_fn is not None else None
         self._compute_terminated = bind_goal_function(terminated_fn) if terminated_fn is not None else None
 
-    def _probe(self) -> None:
-        """Check once that the goal functions are vectorized (SB3 users hit an opaque shape error)."""
+    def _probe(self, *, at_construction: bool = False) -> None:
+        """Check once that the goal functions are vectorized (SB3 users hit an opaque shape error).
+
+        An env's functions may need the env to have been reset (SB3's bit flipping env with image
+        observations does), and SB3 first calls them when sampling: at construction, a call that fails
+        on an env's function, or any call into a SubprocVecEnv's worker (which dies when it raises),
+        waits for the first use instead (the first episode's end or the first sample).
+        """
         if self._probe_done or self._compute_reward is None:
+            return
+        from_env = self.env is not None and (self._user_compute_reward is None or self._user_compute_terminated is None)
+        if at_construction and from_env and is_remote_goal_env(self.env):
             return
         goal = self.observation_space["achieved_goal"]
         info = self._probe_info()
-        probe_vectorized(self._compute_reward, goal.shape, goal.dtype, info, what="compute_reward")
-        if self._compute_terminated is not None:
-            probe_vectorized(self._compute_terminated, goal.shape, goal.dtype, info, what="compute_terminated")
+        try:
+            probe_vectorized(self._compute_reward, goal.shape, goal.dtype, info, what="compute_reward")
+            if self._compute_terminated is not None:
+                probe_vectorized(self._compute_terminated, goal.shape, goal.dtype, info, what="compute_terminated")
+        except ValueError as err:
+            if at_construction and from_env and err.__cause__ is not None:  # the call failed: retry at first use
+                return
+            raise
         self._probe_done = True
 
     def _probe_info(self) -> dict[str, np.ndarray]:
@@ -197,7 +211,7 @@ class HerReplayBuffer(ReplayBuffer):
         self.env = env
         self._bind_goal_functions(env, self._user_compute_reward, self._user_compute_terminated)
         self._probe_done = False
-        self._probe()
+        self._probe(at_construction=True)
 
     # ------------------------------------------------------------------ info entries
     def _transition_specs(self) -> dict[str, FieldSpec]:
@@ -251,6 +265,7 @@ class HerReplayBuffer(ReplayBuffer):
         ``herl check-env``, on data the buffer already holds: no env is stepped.
         """
         self._on_episode_end = None if self.online_sampling else self._relabel_ended_episodes
+        self._probe()
         flat = self._last_episode(int(np.flatnonzero(self.storage.open_start < 0)[0]))
         rows = GatheredRows(self.storage, flat)
         achieved, desired = to_numpy(rows.next_state("achieved_goal")), to_numpy(rows.state("desired_goal"))
@@ -300,6 +315,8 @@ class HerReplayBuffer(ReplayBuffer):
 
     def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: slice, batch: GatheredRows) -> None:
         """Give ``rows`` of ``batch`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
+        if not self._probe_done:
+            self._probe()
         goals = self._sample_goals(storage, flat)
         batch.state("desired_goal")[rows] = goals
         batch.next_state("desired_goal")[rows] = goals

@@ -157,7 +157,10 @@ class HerReplayStorage:
     def sample(self, step: int | None = None) -> DictReplayBatch:
         """``batch_size`` transitions, a fraction k/(k+1) with hindsight goals. ``step`` (rllte
         passes the global step) is accepted and unused."""
-        batch = self._engine.sample(self.batch_size)
+        try:  # a goal env's reward function may be first called here
+            batch = self._engine.sample(self.batch_size)
+        except ValueError as err:
+            raise _in_rllte_words(err) from err
         obs, next_obs = batch.observations, batch.next_observations
         return DictReplayBatch(
             observations={key: obs[key].float() for key in self._keys},
