@@ -75,3 +75,21 @@ def test_get_max_priority_needs_prioritization_as_in_cpprb():
         theirs.get_max_priority()
     with pytest.raises(ValueError, match="prioritized=True"):
         ours.get_max_priority()
+
+
+def test_cpprbs_own_stored_size_test_with_the_argument_spelled_right():
+    """cpprb's HER test, with "additonal_goals" spelled right: cpprb ignores the typo (and keeps k=4); herl names it."""
+    kwargs = dict(size=10, env_dict={"obs": {}, "act": {}, "next_obs": {}}, max_episode_len=2,
+                  reward_func=lambda s, a, g: -1 * (s == g), prioritized=False)
+    with pytest.raises(TypeError, match="'additonal_goals' \\(did you mean 'additional_goals'\\?\\)"):
+        HindsightReplayBuffer(**kwargs, additonal_goals=1)
+    hrb = HindsightReplayBuffer(**kwargs, additional_goals=1)
+    assert hrb.get_buffer_size() == 10 and hrb.get_stored_size() == 0
+    hrb.add(obs=0, act=0, next_obs=0)
+    assert hrb.get_stored_size() == 0  # the running episode is not counted
+    hrb.on_episode_end(1)
+    assert hrb.get_stored_size() == 2  # once as it happened, once relabeled
+    hrb.on_episode_end(1)
+    assert hrb.get_stored_size() == 2
+    hrb.clear()
+    assert hrb.get_stored_size() == 0

@@ -15,6 +15,7 @@ replay is the engine's sum tree.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -113,9 +114,15 @@ class HindsightReplayBuffer:
         default_dtype = np.dtype(kwargs.pop("default_dtype", None) or np.float32)
         per = {key: float(kwargs.pop(key, default)) for key, default in _PER_DEFAULTS.items()}
         if kwargs:
+            # cpprb ignores unknown names, so a typo silently keeps the default (cpprb's own HER test passes
+            # "additonal_goals=1" and gets 4); herl names it and the closest known argument
+            known = ["goal_func", "goal_shape", "state", "action", "next_state", "strategy", "additional_goals",
+                     "prioritized", "seed", "default_dtype", *_PER_DEFAULTS, *_REJECTED]
+            hints = [f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+                     for name in sorted(kwargs) for close in [difflib.get_close_matches(name, known, n=1)]]
             raise TypeError(
-                f"unexpected keyword argument(s) {sorted(kwargs)}: herl's HindsightReplayBuffer takes cpprb's "
-                f"alpha, eps and default_dtype (and seed)"
+                f"unexpected keyword argument(s) {', '.join(hints)}: herl's HindsightReplayBuffer takes cpprb's "
+                f"alpha, eps and default_dtype (and seed) besides its named arguments"
             )
         if per["eps"] <= 0:
             raise ValueError(f"eps must be > 0 (a zero priority would never be drawn again), got {per['eps']}")
