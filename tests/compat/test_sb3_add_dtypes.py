@@ -59,16 +59,15 @@ def stored(buffer, name: str, row: int) -> np.ndarray:
 
 
 def cast(values, kind, n_envs, convert):
-    if kind == "python scalar":
-        if n_envs != 1:
-            pytest.skip("a bare scalar stands for one env")
-        return convert(values[0])
-    return as_kind(values, kind)
+    return convert(values[0]) if kind == "python scalar" else as_kind(values, kind)
+
+
+# a bare scalar stands for one env only
+FLAG_CASES = [(kind, n_envs) for kind in FLAG_KINDS for n_envs in (1, 2) if not (kind == "python scalar" and n_envs == 2)]
 
 
 @pytest.mark.parametrize("buffer_kind", ["her", "plain"])
-@pytest.mark.parametrize("n_envs", [1, 2])
-@pytest.mark.parametrize("kind", FLAG_KINDS)
+@pytest.mark.parametrize("kind, n_envs", FLAG_CASES)
 def test_done_of_every_dtype_in_sb3_form(kind, n_envs, buffer_kind):
     buffer = make_buffer(buffer_kind, n_envs)
     running = [0] * n_envs
@@ -87,8 +86,7 @@ def test_done_of_every_dtype_in_sb3_form(kind, n_envs, buffer_kind):
 
 
 @pytest.mark.parametrize("buffer_kind", ["her", "plain"])
-@pytest.mark.parametrize("n_envs", [1, 2])
-@pytest.mark.parametrize("kind", FLAG_KINDS)
+@pytest.mark.parametrize("kind, n_envs", FLAG_CASES)
 def test_terminated_and_truncated_of_every_dtype_in_keyword_form(kind, n_envs, buffer_kind):
     buffer = make_buffer(buffer_kind, n_envs)
     zeros = cast([0] * n_envs, kind, n_envs, bool)
