@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -33,9 +34,14 @@ class SACConfig(OffPolicyConfig):
     """Entropy the learned alpha aims for; ``"auto"``: minus the action dimension."""
     target_update_interval: int = 1
     """Gradient steps between target-critic updates."""
+    random_action_prob: float = 0.0
+    """Probability that an exploration step takes a uniformly random action instead of the policy's sample
+    (SB2's ``random_exploration``, "useful when using HER")."""
 
     def validate(self) -> None:
         super().validate()
+        if not 0.0 <= self.random_action_prob <= 1.0:
+            raise ValueError(f"random_action_prob must be a probability in [0, 1], got {self.random_action_prob!r}")
         if isinstance(self.ent_coef, str):
             if not (self.ent_coef == "auto" or self.ent_coef.startswith("auto_")):
                 raise ValueError(f"ent_coef must be a number, 'auto' or 'auto_<initial value>', got {self.ent_coef!r}")
@@ -81,6 +87,9 @@ class SAC(OffPolicyAlgorithm):
     def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
         noise = None if deterministic else torch.randn(x.shape[0], self.action_dim, generator=self.torch_rng, device=x.device)
         return self.actor(x, noise)[0]
+
+    def _collect_actions(self, obs: Any) -> np.ndarray:
+        return self._mix_random_actions(super()._collect_actions(obs), self.config.random_action_prob)
 
     def _update(self, batch: Any) -> None:
         n = batch.rewards.shape[0]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import enum
 import os
+from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -24,8 +26,19 @@ MODEL_VERSION = 1
 _JSON_TYPES = (str, int, float, bool, type(None))
 
 
+def model_path(path: str | os.PathLike, *, reading: bool) -> Path:
+    """Stable-Baselines' file names: ``save("name")`` writes ``name.zip`` (a path without a suffix gets one),
+    and ``load("name")`` reads ``name.zip`` when there is no file ``name``."""
+    path = Path(path)
+    if reading:
+        with_zip = Path(f"{path}.zip")
+        return with_zip if not path.is_file() and with_zip.is_file() else path
+    return path.with_name(path.name + ".zip") if path.suffix == "" else path
+
+
 def write_model(model: Any, path: str | os.PathLike) -> None:
-    """Write ``model`` (a herl off-policy algorithm) to ``path``."""
+    """Write ``model`` (a herl off-policy algorithm) to ``path`` (``.zip`` appended when it has no suffix)."""
+    path = model_path(path, reading=False)
     arrays: dict[str, np.ndarray] = {}
     for name, module in model.nets.items():
         for key, tensor in module.state_dict().items():
@@ -41,7 +54,7 @@ def write_model(model: Any, path: str | os.PathLike) -> None:
     noise = model.action_noise
     meta = {
         "algorithm": type(model).__name__,
-        "policy": model.policy,
+        "policy": model.policy_name,
         "config": model.config.to_json(),
         "policy_kwargs": model.policy_config.to_policy_kwargs(),
         "observation_space": space_to_json(model.observation_space),
@@ -72,6 +85,7 @@ def _jsonable_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(meta, parameters)`` of a model file, parameters in :meth:`get_parameters`' form."""
+    path = model_path(path, reading=True)
     meta, arrays = read_archive(path, kind=MODEL_KIND, max_version=MODEL_VERSION)
     algorithm = meta.get("algorithm")
     if expected is not None and algorithm != expected:
@@ -94,12 +108,21 @@ def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[di
     return meta, params
 
 
-def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, overrides: dict[str, Any]) -> Any:
-    """Rebuild the model saved at ``path`` as ``cls`` (or, for the base class, as the saved algorithm)."""
+def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, overrides: dict[str, Any],
+               custom_objects: Mapping[str, Any] | None = None) -> Any:
+    """Rebuild the model saved at ``path`` as ``cls`` (or, for the base class, as the saved algorithm).
+
+    ``overrides`` must be hyperparameters of the model; ``custom_objects`` (SB3's) replaces only what
+    the file holds and ignores the rest, as SB3 does: rl-zoo passes ``lr_schedule``, ``clip_range`` or
+    ``exploration_schedule`` for any algorithm. herl files hold numbers, never code, so a schedule (or
+    the ``learning_rate=0.0`` that rl-zoo passes with it) has nothing to stand in for: the saved
+    learning rate is kept.
+    """
     from herl.algorithms import ALGORITHMS
     from herl.buffers import HerReplayBuffer, ReplayBuffer
     from herl.training.noise import noise_from_json
 
+    path = model_path(path, reading=True)
     meta, arrays = read_archive(path, kind=MODEL_KIND, max_version=MODEL_VERSION)
     algorithm = meta.get("algorithm")
     if cls.__name__ not in ALGORITHMS:  # OffPolicyAlgorithm.load: whichever algorithm the file holds
@@ -121,6 +144,9 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
         counters = meta["counters"]
     except (KeyError, TypeError, ValueError) as err:
         raise ArchiveError(f"{path}: a damaged model file ({type(err).__name__}: {err})") from err
+    for key, value in (custom_objects or {}).items():
+        if key in kwargs and not (key == "learning_rate" and (callable(value) or not value)):
+            kwargs[key] = value
     kwargs.update(overrides)
     model = cls(meta["policy"], env, observation_space=obs_space, action_space=act_space, device=device, **kwargs)
     if model.observation_space != obs_space or model.action_space != act_space:

@@ -16,6 +16,13 @@ from torch import nn
 from herl.nn.mlp import ACTIVATIONS
 
 
+SDE_REFUSAL = (
+    "use_sde=True (gSDE, generalized state-dependent exploration) is not implemented in herl: leave it False (SB3's "
+    "default; SAC then explores with its own Gaussian policy); for smoother, temporally correlated exploration use TD3 "
+    "or DDPG with action_noise=OrnsteinUhlenbeckActionNoise(...), and for more exploration random_action_prob=p"
+)
+
+
 @dataclass(frozen=True)
 class OffPolicyConfig:
     """Hyperparameters every off-policy algorithm shares."""
@@ -155,7 +162,7 @@ class PolicyConfig:
             raise ValueError(f"unknown activation {activation!r}: use one of {sorted(ACTIVATIONS)}")
         n_critics = int(kwargs.pop("n_critics", default_n_critics))
         if kwargs.pop("use_sde", False):  # SB3 writes use_sde=False into policy_kwargs; only True is unsupported
-            raise ValueError("use_sde=True (generalized state-dependent exploration) is not supported by herl")
+            raise ValueError(SDE_REFUSAL)
         if kwargs:
             known = ["net_arch", "activation_fn", "n_critics", *option_defaults]
             raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: this algorithm reads {', '.join(known)}")
