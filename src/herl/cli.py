@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="spread over seeds (default: minmax)")
     plot.add_argument("--label", action="append", metavar="TEXT", help="legend label, one per run, in order")
     plot.add_argument("--title", help="figure title")
+    plot.add_argument("--reference", action="append", metavar="LABEL=X:Y,...",
+                      help="points to mark for comparison, e.g. a peer's published results: "
+                      "'zoo TQC=100000:0.6,200000:0.95' (repeatable)")
     plot.set_defaults(func=_cmd_plot)
 
     check = commands.add_parser("check-env", help="check that an env can be trained with HER", allow_abbrev=False)
@@ -280,10 +283,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from herl.run.plot import plot_runs
+    from herl.run.plot import parse_reference, plot_runs
 
+    references = [parse_reference(text) for text in args.reference or []]
     output = plot_runs(args.runs, args.output, metric=args.metric, x=args.x, band=args.band, labels=args.label,
-                       title=args.title)
+                       title=args.title, references=references)
     print(f"wrote {output}")
     return 0
 
