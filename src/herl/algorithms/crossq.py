@@ -30,8 +30,8 @@ from herl.nn.policies import SquashedGaussianActor
 
 @dataclass(frozen=True)
 class CrossQConfig(SACConfig):
-    """CrossQ's hyperparameters (sb3-contrib's defaults). ``tau`` and ``target_update_interval`` are not
-    used: CrossQ has no target networks."""
+    """CrossQ's hyperparameters (sb3-contrib's defaults). ``tau`` and ``target_update_interval`` do not apply
+    (CrossQ has no target networks): values other than their defaults are refused."""
 
     learning_rate: float = 1e-3
     """Adam's step size for actor, critics and entropy coefficient."""
@@ -44,6 +44,11 @@ class CrossQConfig(SACConfig):
         super().validate()
         if isinstance(self.policy_delay, bool) or int(self.policy_delay) != self.policy_delay or self.policy_delay < 1:
             raise ValueError(f"policy_delay must be a positive integer, got {self.policy_delay!r}")
+        base = SACConfig()
+        for name in ("tau", "target_update_interval"):
+            if getattr(self, name) != getattr(base, name):
+                raise ValueError(f"CrossQ has no target networks, so {name} does not apply: leave it out "
+                                 f"(got {name}={getattr(self, name)!r})")
         if not 0.0 <= self.adam_beta1 < 1.0:
             raise ValueError(f"adam_beta1 must be in [0, 1), got {self.adam_beta1!r}")
 
