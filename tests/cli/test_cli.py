@@ -157,6 +157,27 @@ def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path
     assert OffPolicyAlgorithm.load(tmp_path / "seed_0" / "model.zip").num_timesteps == 400
 
 
+@pytest.mark.parametrize("algo", ["tqc", "crossq"])
+def test_tqc_and_crossq_resume_exactly(algo: str, tmp_path: Path) -> None:
+    """A run resumed from its checkpoint ends with the weights (CrossQ: and batch renormalization statistics) of a
+    run never stopped."""
+    args = ["--algo", algo, "--env", "herl/PointReach-v0", "--progress", "off", "--set", "learning_starts=50",
+            "--set", "eval.freq=100", "--set", "eval.episodes=2", "--set", "batch_size=16", "--set", "checkpoint.freq=100",
+            "--set", "policy.net_arch=[16,16]"]
+    if algo == "crossq":
+        args += ["--set", "policy.renorm_warmup_steps=60"]  # the renormalized regime is reached and resumed
+    assert herl("train", *args, "--timesteps", "300", "--run-dir", tmp_path / "whole") == 0
+    assert herl("train", *args, "--timesteps", "150", "--run-dir", tmp_path / "parts") == 0
+    assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "300", "--progress", "off") == 0
+    whole = OffPolicyAlgorithm.load(tmp_path / "whole" / "seed_0" / "model.zip")
+    resumed = OffPolicyAlgorithm.load(tmp_path / "parts" / "seed_0" / "model.zip")
+    assert type(whole).__name__ == {"tqc": "TQC", "crossq": "CrossQ"}[algo] and resumed.num_timesteps == 300
+    for name, state in whole.get_parameters().items():
+        if not name.endswith(".optimizer"):
+            for key, tensor in state.items():
+                assert torch.equal(tensor, resumed.get_parameters()[name][key]), f"{name}.{key}"
+
+
 def test_a_run_is_trained_by_one_process_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("train", *TINY, "--timesteps", "100", "--run-dir", tmp_path) == 0
     lock = tmp_path / "seed_0" / "train.pid"
