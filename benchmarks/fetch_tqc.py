@@ -75,7 +75,7 @@ def make_model(lib: str, env: gym.Env, seed: int, args: argparse.Namespace):
     if lib == "herl":
         from herl import TQC, HerReplayBuffer
 
-        extra = dict(normalize_observations=args.normalize, clip_target=args.clip_target)
+        extra = dict(normalize_observations=args.normalize, clip_target=args.clip_target, squash_eps=args.squash_eps)
         return TQC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=seed, device="cpu",
                    replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"), **kwargs, **extra)
     from sb3_contrib import TQC
@@ -207,6 +207,7 @@ def main() -> None:
     # herl only: sb3-contrib has neither
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--clip-target", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--squash-eps", type=float, default=0.0, help="SB3's tanh log-determinant (1e-6) instead of the exact one")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads; {vars(args)}", flush=True)

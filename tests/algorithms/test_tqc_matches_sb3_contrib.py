@@ -130,3 +130,36 @@ def test_actor_update_matches():
             a_theirs = theirs.actor(check.observations, deterministic=True)
             a_ours = ours._act(ours.encoder.flatten(check.observations), deterministic=True)
         torch.testing.assert_close(a_theirs, a_ours, rtol=1e-4, atol=1e-5)
+
+
+class Fixed(torch.nn.Module):
+    def __init__(self, out: torch.Tensor) -> None:
+        super().__init__()
+        self.out = out
+
+    def forward(self, x):
+        return self.out
+
+
+def test_squash_eps_gives_sb3s_log_probability():
+    from stable_baselines3.common.distributions import SquashedDiagGaussianDistribution
+
+    from herl.nn.policies import SquashedGaussianActor
+
+    gen = torch.Generator().manual_seed(0)
+    mean, log_std = 4 * torch.randn(256, 3, generator=gen), torch.rand(256, 3, generator=gen) * 3 - 1
+    noise = torch.randn(256, 3, generator=gen)
+    pre_tanh = mean + log_std.exp() * noise
+    dist = SquashedDiagGaussianDistribution(3).proba_distribution(mean, log_std)
+    theirs = dist.log_prob(torch.tanh(pre_tanh), gaussian_actions=pre_tanh)
+    sb3_like = SquashedGaussianActor(1, 3, [], net=Fixed(torch.cat([mean, log_std], 1)), squash_eps=1e-6)
+    exact = SquashedGaussianActor(1, 3, [], net=Fixed(torch.cat([mean, log_std], 1)))
+    _, lp_sb3_like = sb3_like(torch.zeros(256, 1), noise)
+    _, lp_exact = exact(torch.zeros(256, 1), noise)
+    torch.testing.assert_close(lp_sb3_like.reshape(-1), theirs, rtol=1e-5, atol=1e-4)
+    # the two forms part only where actions saturate: there the exact one is larger (the action less random)
+    # (in float32, 1 - tanh(u)^2 + 1e-6 is off by more than 1e-3 relative beyond |u| ~ 4)
+    saturated, moderate = (pre_tanh.abs() > 8).any(dim=1), (pre_tanh.abs() < 4).all(dim=1)
+    assert saturated.any() and moderate.any()
+    torch.testing.assert_close(lp_exact[moderate], lp_sb3_like[moderate], rtol=1e-3, atol=1e-2)
+    assert torch.all(lp_exact[saturated] > lp_sb3_like[saturated] + 1.0)

@@ -72,7 +72,8 @@ class CrossQ(SAC):
         norm = dict(momentum=options["batch_norm_momentum"], eps=options["batch_norm_eps"],
                     warmup_steps=options["renorm_warmup_steps"], activation=arch.activation, generator=generator)
         trunk = RenormMLP(self.obs_dim, 2 * self.action_dim, arch.actor_arch, **norm)
-        self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, net=trunk)
+        self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, net=trunk,
+                                           squash_eps=self.config.squash_eps)
         self.critic = RenormMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics, **norm)
         self._build_entropy_coefficient()
         self.nets.update({"actor": self.actor, "critic": self.critic,

@@ -34,12 +34,19 @@ class SACConfig(OffPolicyConfig):
     """Entropy the learned alpha aims for; ``"auto"``: minus the action dimension."""
     target_update_interval: int = 1
     """Gradient steps between target-critic updates."""
+    squash_eps: float = 0.0
+    """The tanh squashing's log-determinant in the policy's log-probability: 0 for the exact
+    ``log(1 - tanh(u)^2)``; SB3, sb3-contrib and the SAC authors' code use ``log(1 - tanh(u)^2 + 1e-6)``, which
+    stops at ``log(1e-6)`` per dimension: fully saturated actions (``|u| > 7``) then cost no entropy, so a noisy
+    policy can explore with bang-bang actions."""
     random_action_prob: float = 0.0
     """Probability that an exploration step takes a uniformly random action instead of the policy's sample
     (SB2's ``random_exploration``, "useful when using HER")."""
 
     def validate(self) -> None:
         super().validate()
+        if not 0.0 <= self.squash_eps < 1.0:
+            raise ValueError(f"squash_eps must be in [0, 1) (SB3's value is 1e-6), got {self.squash_eps!r}")
         if not 0.0 <= self.random_action_prob <= 1.0:
             raise ValueError(f"random_action_prob must be a probability in [0, 1], got {self.random_action_prob!r}")
         if isinstance(self.ent_coef, str):
@@ -62,7 +69,7 @@ class SAC(OffPolicyAlgorithm):
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
         self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
-                                           generator=generator)
+                                           generator=generator, squash_eps=self.config.squash_eps)
         self.critic = EnsembleMLP(self.obs_dim + self.action_dim, self.critic_outputs, arch.critic_arch,
                                   n_members=arch.n_critics, activation=arch.activation, generator=generator)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
