@@ -12,11 +12,13 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from herl.errors import POSITIVE_INT, ConfigError, Rule, number
 from herl.nn.mlp import EnsembleMLP
 from herl.nn.policies import SquashedGaussianActor
 from herl.training.base import OffPolicyAlgorithm
@@ -34,13 +36,30 @@ class SACConfig(OffPolicyConfig):
     target_update_interval: int = 1
     """Gradient steps between target-critic updates."""
 
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {
+        "target_update_interval": POSITIVE_INT,
+        "ent_coef": None,  # checked below: a number or a string
+        "target_entropy": None,
+    }
+
     def validate(self) -> None:
         super().validate()
-        if isinstance(self.ent_coef, str):
-            if not (self.ent_coef == "auto" or self.ent_coef.startswith("auto_")):
-                raise ValueError(f"ent_coef must be a number, 'auto' or 'auto_<initial value>', got {self.ent_coef!r}")
-        elif self.ent_coef <= 0:
-            raise ValueError(f"ent_coef must be positive, got {self.ent_coef}")
+        owner, coef = self.owner(), self.ent_coef
+        initial = coef[len("auto_"):] if isinstance(coef, str) and coef.startswith("auto_") else coef
+        if coef != "auto" and not _positive(initial):
+            raise ConfigError(owner, "ent_coef", coef, "a finite number > 0, 'auto' (learned, starting at 1) or "
+                              "'auto_<initial value>' (learned, starting there, e.g. 'auto_0.1')")
+        if self.target_entropy != "auto" and not number().accepts(self.target_entropy):
+            raise ConfigError(owner, "target_entropy", self.target_entropy, "a finite number, or 'auto' (minus the "
+                              "action dimension)")
+
+
+def _positive(value: Any) -> bool:
+    try:
+        value = float(value) if isinstance(value, str) else value
+    except ValueError:
+        return False
+    return number(0.0, low_open=True).accepts(value)
 
 
 class SAC(OffPolicyAlgorithm):

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from herl.errors import POSITIVE_INT, PROBABILITY, Rule, number
 from herl.nn.mlp import EnsembleMLP
 from herl.nn.policies import DeterministicActor
 from herl.training.base import OffPolicyAlgorithm
@@ -39,12 +41,13 @@ class TD3Config(OffPolicyConfig):
     """Probability that an exploration step takes a uniformly random action instead of the noisy
     policy's (OpenAI baselines' HER DDPG uses 0.3); ``learning_starts`` steps are random anyway."""
 
-    def validate(self) -> None:
-        super().validate()
-        if not 0.0 <= self.random_action_prob <= 1.0:
-            raise ValueError(f"random_action_prob must be a probability in [0, 1], got {self.random_action_prob!r}")
-        if int(self.policy_delay) != self.policy_delay or self.policy_delay < 1:
-            raise ValueError(f"policy_delay must be a positive integer, got {self.policy_delay!r}")
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {
+        "policy_delay": POSITIVE_INT,
+        "target_policy_noise": number(0.0),
+        "target_noise_clip": number(0.0),
+        "action_l2": number(0.0),
+        "random_action_prob": PROBABILITY,
+    }
 
 
 class TD3(OffPolicyAlgorithm):

@@ -129,6 +129,16 @@ class HerReplayBuffer(ReplayBuffer):
             raise ValueError(f"unknown reward_context field(s) {unknown}: choose from {sorted(known)}")
         self.env = env
         self.max_episode_length = max_episode_length or _time_limit(env) or DEFAULT_MAX_EPISODE_LENGTH
+        known_length = None if max_episode_length else _time_limit(env)  # the env's own limit: episodes reach it
+        if self.online_sampling and known_length:
+            # say it now, not when the first episode outgrows its column (issue 10: buffer_size=20 on a 50-step env)
+            rows = max(int(buffer_size) // max(int(n_envs), 1), 1) - bool(optimize_memory_usage)
+            if rows < known_length:
+                need = (known_length + bool(optimize_memory_usage)) * int(n_envs)
+                raise ValueError(
+                    f"buffer_size={buffer_size} cannot hold one whole episode of {known_length} steps per env "
+                    f"(n_envs={n_envs}): HER relabels within whole episodes, so give it a buffer_size of at least {need}"
+                )
         self._user_compute_reward = compute_reward
         self._user_compute_terminated = compute_terminated
         self._info_specs: dict[str, FieldSpec] = {}

@@ -270,6 +270,7 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
     if settings["noise"].type == "auto":
         noise_type = "normal" if algo in ("ddpg", "td3") else "none"
         settings["noise"] = dataclasses.replace(settings["noise"], type=noise_type)
+    _check_algorithm_settings(algo, hyperparameters, settings["policy"])
     config = TrainConfig(
         algo=algo, env=env, env_kwargs=sections["env"], seed=seed, preset=preset, hyperparameters=hyperparameters,
         her=settings["her"] if her_on else None, policy=settings["policy"], noise=settings["noise"],
@@ -283,8 +284,26 @@ def _section(cls: type, values: dict[str, Any], name: str) -> Any:
     defaults = cls()
     coerced = {k: _coerce(v, getattr(defaults, k), f"{name}.{k}") for k, v in values.items()}
     if coerced.get("net_arch") is not None:
-        coerced["net_arch"] = tuple(int(x) for x in coerced["net_arch"])
+        from herl.training.config import _arch
+
+        try:
+            coerced["net_arch"] = _arch(coerced["net_arch"], "policy.net_arch")
+        except ValueError as err:
+            raise CLIError(str(err)) from None
     return cls(**coerced)
+
+
+def _check_algorithm_settings(algo: str, hyperparameters: Mapping[str, Any], policy: PolicySettings) -> None:
+    """Validate the hyperparameters and the network settings now, by the algorithm's own configs (the path the
+    Python API and model files take), so that a bad value stops the command before any env is built."""
+    from herl.training.config import PolicyConfig
+
+    cls = algorithm_class(algo)
+    try:
+        cls.config_class.from_kwargs(hyperparameters)
+        PolicyConfig.from_kwargs(policy.to_policy_kwargs(), cls.default_net_arch, cls.default_n_critics)
+    except (ValueError, TypeError) as err:
+        raise CLIError(str(err)) from None
 
 
 def _coerce(value: Any, default: Any, key: str) -> Any:

@@ -25,6 +25,7 @@ from gymnasium import spaces
 from torch import nn
 
 from herl.buffers import HerReplayBuffer, ReplayBuffer
+from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, as_integer, check, integer
 from herl.nn.policies import ObservationEncoder
 from herl.training.config import OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
@@ -82,6 +83,9 @@ class OffPolicyAlgorithm:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}: use one of {list(POLICIES)} (policy classes are not supported)")
         self.policy = policy
+        owner = type(self).__name__
+        check(owner, "seed", seed, integer(0, also=(None,)))
+        check(owner, "n_envs", n_envs, POSITIVE_INT)
         self.config = self.config_class.from_kwargs(hyperparameters)
         self.policy_config = PolicyConfig.from_kwargs(policy_kwargs, self.default_net_arch, self.default_n_critics)
         self.device = get_device(device)
@@ -301,6 +305,8 @@ class OffPolicyAlgorithm:
 
         if self.env is None:
             raise ValueError("this model has no env to learn from: pass one to load(..., env=env) or call set_env(env)")
+        total_timesteps = as_integer(type(self).__name__, "total_timesteps", total_timesteps, NON_NEGATIVE_INT)
+        check(type(self).__name__, "log_interval", log_interval, integer(0, also=(None,)))
         return run(self, total_timesteps, callback=callback, log_interval=log_interval,
                    tb_log_name=tb_log_name or type(self).__name__, reset_num_timesteps=reset_num_timesteps,
                    progress_bar=progress_bar)
