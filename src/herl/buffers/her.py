@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from herl.buffers.goal_functions import bind_goal_function, env_goal_function, probe_vectorized
+from herl.buffers.goal_functions import bind_goal_function, env_goal_function, goal_function_values, probe_vectorized
 from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
@@ -112,6 +112,7 @@ class HerReplayBuffer(ReplayBuffer):
         beta: float = 0.4,
         priority_eps: float = 1e-6,
         storage_device: torch.device | str | None = None,
+        check_finite: bool = True,
     ) -> None:
         check_goal_space(observation_space)
         if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
@@ -147,6 +148,7 @@ class HerReplayBuffer(ReplayBuffer):
             buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
             optimize_memory_usage=optimize_memory_usage, handle_timeout_termination=handle_timeout_termination, seed=seed,
             prioritized=prioritized, alpha=alpha, beta=beta, priority_eps=priority_eps, storage_device=storage_device,
+            check_finite=check_finite,
         )
         if not self.online_sampling:
             # Episodes wait in a staging area sized for one episode per env; at their end they are
@@ -285,11 +287,12 @@ class HerReplayBuffer(ReplayBuffer):
         # one call per batch, goals by keyword (see goal_functions.bind_goal_function); reward
         # functions get NumPy arrays whatever the storage device
         achieved, goals = to_numpy(achieved), to_numpy(goals)
-        new_rewards = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
+        n = len(achieved)
+        new_rewards = goal_function_values(self._compute_reward(achieved, goals, info), n, "compute_reward")
         rewards = batch.transition("reward")
         rewards[rows] = new_rewards if isinstance(rewards, np.ndarray) else torch.from_numpy(new_rewards).to(rewards.device)
         if self._compute_terminated is not None:
-            done = np.asarray(self._compute_terminated(achieved, goals, info), dtype=np.float32).reshape(-1)
+            done = goal_function_values(self._compute_terminated(achieved, goals, info), n, "compute_terminated")
             terminated = batch.transition("terminated")
             terminated[rows] = done if isinstance(terminated, np.ndarray) else torch.from_numpy(done).to(terminated.device)
 

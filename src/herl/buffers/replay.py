@@ -17,6 +17,7 @@ from gymnasium import spaces
 
 from herl.buffers.samples import DictReplayBufferSamples, ReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, TorchEpisodeStorage, to_numpy
+from herl.errors import NonFiniteError
 from herl.utils import get_device
 
 # info keys that are episode book-keeping, never inputs of a reward
@@ -105,6 +106,7 @@ class ReplayBuffer:
         beta: float = 0.4,
         priority_eps: float = 1e-6,
         storage_device: torch.device | str | None = None,
+        check_finite: bool = True,
     ) -> None:
         if int(buffer_size) != buffer_size or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
@@ -139,6 +141,9 @@ class ReplayBuffer:
         self.priority_eps = float(priority_eps)
         if self.prioritized:
             self._attach_priorities(self.storage)
+        self.check_finite = bool(check_finite)
+        self._float_state_keys = tuple(k for k, spec in self._state_specs.items() if spec.dtype.kind == "f")
+        self._float_action = self._action_spec.dtype.kind == "f"
         self._stores_infos = False  # subclasses that keep info entries set this
         self._on_episode_end = None  # called after an add that ended an episode, when set
 
@@ -235,9 +240,37 @@ class ReplayBuffer:
         transitions = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated}
         if self._stores_infos:
             self._add_info_fields(transitions, infos)
-        self.storage.add(self._obs(obs, "obs"), self._obs(next_obs, "next_obs"), transitions, done, n_done)
+        obs, next_obs = self._obs(obs, "obs"), self._obs(next_obs, "next_obs")
+        if self.check_finite:
+            self._check_finite(obs, next_obs, action, reward)
+        self.storage.add(obs, next_obs, transitions, done, n_done)
         if self._on_episode_end is not None and self.storage.n_starting:
             self._on_episode_end()
+
+    def _check_finite(self, obs: Mapping[str, Any], next_obs: Mapping[str, Any], action: Any, reward: Any) -> None:
+        """Refuse NaN or infinity before anything is stored (issue 10: one NaN observation made every weight and
+        the normalizer NaN, silently). One reduction per float field: a sum is finite only if every element is
+        (an overflowing sum of finite values is told apart by the exact check that follows)."""
+        fields = [("next_obs", k, next_obs[k]) for k in self._float_state_keys]
+        fields += [("obs", k, obs[k]) for k in self._float_state_keys]
+        fields.append(("reward", None, reward))
+        if self._float_action:
+            fields.append(("action", None, action))
+        for what, key, value in fields:
+            if type(value) is np.ndarray:
+                if math.isfinite(np.add.reduce(value, None)):
+                    continue
+                bad = ~np.isfinite(value.reshape(self.n_envs, -1)).all(axis=1)
+            else:  # a torch tensor (torch storage)
+                bad = (~torch.isfinite(value.reshape(self.n_envs, -1)).all(dim=1)).cpu().numpy()
+            if bad.any():
+                env = int(np.flatnonzero(bad)[0])
+                name = what if key is None or not self._dict_obs else f"{what}[{key!r}]"
+                raise NonFiniteError(
+                    f"{name} of env {env} holds NaN or infinity; nothing of this add() was stored. Find where the "
+                    "env (or the code calling add) produces it: one non-finite number spreads to every network weight "
+                    "and normalizer statistic. (check_finite=False turns this check off.)"
+                )
 
     def _add_info_fields(self, transitions: dict[str, np.ndarray], infos: Any) -> None:
         """Hook for subclasses that store info keys (HER with ``copy_info_dict``)."""
@@ -418,6 +451,7 @@ class ReplayBuffer:
             "beta": self.beta,
             "priority_eps": self.priority_eps,
             "storage_device": None if self.storage_device is None else str(self.storage_device),
+            "check_finite": self.check_finite,
         }
 
     def _storages(self) -> dict[str, EpisodeStorage]:

@@ -25,7 +25,7 @@ from gymnasium import spaces
 from torch import nn
 
 from herl.buffers import HerReplayBuffer, ReplayBuffer
-from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, as_integer, check, integer
+from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, as_integer, check, integer
 from herl.nn.policies import ObservationEncoder
 from herl.training.config import OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
@@ -34,6 +34,11 @@ from herl.training.noise import ActionNoise
 from herl.utils import get_device
 
 POLICIES = ("MultiInputPolicy", "MlpPolicy")
+# Updates between two checks that the losses are finite (each check is one device sync; see check_losses).
+LOSS_CHECK_EVERY = 100
+# What each logged training value is, for the message of a non-finite one.
+LOSS_TERMS = {"critic_loss": "critic loss", "actor_loss": "actor loss", "ent_coef": "entropy coefficient",
+              "ent_coef_loss": "entropy coefficient loss", "loss": "Q-network loss"}
 
 
 class OffPolicyAlgorithm:
@@ -132,6 +137,7 @@ class OffPolicyAlgorithm:
 
         self.num_timesteps = 0
         self._n_updates = 0
+        self._next_loss_check = LOSS_CHECK_EVERY
         self._episode_num = 0
         self._total_timesteps = 0
         self._current_progress_remaining = 1.0
@@ -318,9 +324,34 @@ class OffPolicyAlgorithm:
         for _ in range(gradient_steps):
             update(sample(batch_size))
             self._n_updates += 1
+        if self._n_updates >= self._next_loss_check:
+            self.check_losses()
+
+    def check_losses(self) -> None:
+        """Stop with :class:`~herl.errors.NonFiniteError` if the last update's losses are NaN or infinite.
+
+        Called every :data:`LOSS_CHECK_EVERY` updates and at log time, never per update: reading a loss is a device
+        sync (on a GPU, it would stall the queue of kernels every step). Checking the latest values is enough because
+        a non-finite loss makes the gradients, hence the weights, non-finite, and they stay so: every later loss is
+        non-finite too.
+        """
+        self._next_loss_check = self._n_updates + LOSS_CHECK_EVERY
+        tensors = {k: v for k, v in self._train_info.items() if torch.is_tensor(v)}
+        if not tensors or bool(torch.isfinite(torch.stack([v.detach().float().reshape(()) for v in tensors.values()])).all()):
+            return
+        bad = [k for k, v in tensors.items() if not torch.isfinite(v.detach()).all()]
+        terms = ", ".join(f"{LOSS_TERMS.get(k, k.replace('_', ' '))} ({k}={float(v.detach())})"
+                          for k, v in tensors.items() if k in bad)
+        raise NonFiniteError(
+            f"{type(self).__name__}'s {terms} became NaN or infinite by update {self._n_updates} (env step "
+            f"{self.num_timesteps}); the networks' weights are no longer finite, so training stops. Usual causes: a "
+            "learning_rate too high for the rewards' scale, rewards or observations of huge magnitude (normalize them, "
+            "or clip_target=True for -1/0 goal rewards). Continue from a checkpoint taken before this step."
+        )
 
     def train_info(self) -> dict[str, float]:
         """The last update's losses and coefficients, as numbers (one device sync, at log time only)."""
+        self.check_losses()
         return {f"train/{k}": float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in self._train_info.items()}
 
     def set_logger(self, logger: Logger) -> None:
