@@ -36,6 +36,19 @@ from typing import Any
 import numpy as np
 
 from herl.buffers.strategies import uniform_integers
+from herl.errors import CorruptFileError
+
+_MAX_REJECTION_ROUNDS = 64
+
+
+def _check_priorities(state: Mapping[str, np.ndarray], is_transition: np.ndarray) -> None:
+    leaves, top = state.get("leaves"), state.get("max_priority")
+    if leaves is None or top is None or leaves.shape != is_transition.shape or top.shape != (1,):
+        raise CorruptFileError("the saved buffer's priorities are missing or misshapen: the file is damaged")
+    if not (np.isfinite(leaves).all() and (leaves >= 0).all() and np.isfinite(top).all() and top[0] > 0):
+        raise CorruptFileError("the saved buffer's priorities are not finite non-negative numbers: the file is damaged")
+    if (leaves[~is_transition] > 0).any():
+        raise CorruptFileError("the saved buffer gives priority to rows that hold no transition: the file is damaged")
 
 
 def _reshaped(array, shape: tuple[int, ...]):
@@ -471,7 +484,12 @@ class EpisodeStorage:
         accept = n_valid / window
         chunks: list[np.ndarray] = []
         missing = n
-        while missing > 0:
+        # Each round draws 10% more candidates than the acceptance rate needs, so a round falls short with a
+        # vanishing probability and 64 in a row never do; counters that disagree with the rows (a damaged file the
+        # load checks missed) would otherwise loop forever (issue 10).
+        for _ in range(_MAX_REJECTION_ROUNDS):
+            if missing <= 0:
+                break
             candidates = uniform_integers(rng, 0, window, int(missing / accept * 1.1) + 16)
             ok = self._flat_is_transition[candidates]
             if complete_only:
@@ -479,6 +497,12 @@ class EpisodeStorage:
             accepted = candidates[ok][:missing]
             chunks.append(accepted)
             missing -= len(accepted)
+        else:
+            raise CorruptFileError(
+                f"sampling found {n - missing} of {n} transitions in {_MAX_REJECTION_ROUNDS} rounds: the buffer's "
+                "book-keeping contradicts its rows (a damaged or edited buffer file?); reset() the buffer or load "
+                "another file"
+            )
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
     def episode_position(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -554,9 +578,61 @@ class EpisodeStorage:
         self._set_pos(arrays["pos"].copy())
         self.heads[:] = self.head.sum(axis=1)
         if self.priorities is not None:
-            self.priorities.restore({k[len("priority/"):]: v for k, v in arrays.items() if k.startswith("priority/")})
+            priorities = {k[len("priority/"):]: v for k, v in arrays.items() if k.startswith("priority/")}
+            _check_priorities(priorities, self._flat_is_transition)
+            self.priorities.restore(priorities)
         self.n_transitions = int(self.is_transition.sum())
         self._set_min_began()
+        try:
+            self.check_consistency()
+        except CorruptFileError:
+            self.clear()  # never leave a half-restored storage behind
+            raise
+
+    def check_consistency(self) -> None:
+        """Raise :class:`~herl.errors.CorruptFileError` if the episode book-keeping contradicts itself.
+
+        Sampling trusts these arrays (the rejection sampler's acceptance rate, an episode's start and length for
+        its future goals), so a loaded file is checked once here rather than on every sample (issue 10: a
+        hand-edited buffer made sample() loop forever).
+        """
+        rows, n_envs, share = self.rows, self.n_envs, int(self.share_states)
+
+        def fail(what: str) -> None:
+            raise CorruptFileError(f"the saved buffer is inconsistent: {what}. The file is damaged or was edited; "
+                                   "it cannot be sampled from safely (load another one, or start an empty buffer)")
+
+        if not (0 <= self.window <= rows and self.n_adds >= 0 and 0 <= self.n_starting <= n_envs):
+            fail(f"counters (n_adds={self.n_adds}, n_starting={self.n_starting}, window={self.window}) out of range "
+                 f"for {rows} rows and {n_envs} env(s)")
+        pos = self.pos
+        if pos.min() < 0 or pos.max() >= rows:
+            fail(f"write positions {pos.tolist()} outside [0, {rows})")
+        open_ = self.open_start >= 0
+        if self.open_start.min() < -1 or self.open_start.max() >= rows or int((~open_).sum()) != self.n_starting:
+            fail(f"open episodes' first rows {self.open_start.tolist()} do not match n_starting={self.n_starting}")
+        open_len = self.n_adds - self.open_began
+        if (open_ & ((self.open_began < 0) | (open_len < 0) | (open_len + share >= rows))).any():
+            fail(f"open episodes' lengths {np.where(open_, open_len, 0).tolist()} do not fit {rows} rows")
+        starts, lengths = self.ep_start, self.ep_len
+        if starts.min() < 0 or starts.max() >= rows or lengths.min() < 0 or lengths.max() + share > rows:
+            fail("episode starts or lengths outside the rows")
+        row_index = np.arange(rows)[:, None]
+        closed = lengths > 0
+        if ((row_index - starts) % rows >= lengths + share)[closed].any():
+            fail("a row lies outside the closed episode it is booked to")
+        if (self.head & ~(closed & (starts == row_index))).any():
+            fail("an episode head that is not the first row of a closed episode")
+        transition = self.is_transition
+        if transition[self.window:].any():
+            fail(f"transitions booked beyond the {self.window} rows written")
+        orphan = transition & ~closed
+        if orphan.any():  # rows of a running episode: within its stored part
+            offset = (row_index - self.open_start[None, :]) % rows
+            if (orphan & ~(open_[None, :] & (offset < open_len[None, :]))).any():
+                fail("a transition that belongs to no episode")
+        if (closed & ~transition).any() and not share:
+            fail("a closed episode's row that holds no transition")
 
 
 class TorchEpisodeStorage(EpisodeStorage):

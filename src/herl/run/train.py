@@ -12,6 +12,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import shlex
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -174,23 +175,60 @@ def _next_multiple(step: int, freq: int) -> int:
 
 @contextlib.contextmanager
 def _claim(run_dir: Path):
-    """Hold ``run_dir/train.pid`` while training, so a second process cannot train the same run at the same time.
+    """Hold an exclusive OS lock on ``run_dir/train.pid`` while training, so that a second process cannot train the
+    same run at the same time (issue 10: two ``--resume`` both trained one folder, 1 time in 6).
 
-    A process killed without cleaning up leaves the file naming a dead process: that one is ignored.
+    The lock is ``fcntl.flock`` where there is one: the OS releases it when the process dies, however it dies, so a
+    stale file never blocks. The file itself is never deleted (deleting it would let a third process lock a new file
+    while the second still holds the old one); it only says which process holds it. Without ``fcntl`` (Windows) the
+    file is created exclusively instead, and one naming a dead process is taken over.
     """
     lock = run_dir / LOCK_FILE
-    if lock.exists():
-        text = lock.read_text().strip()
-        if text.isdigit() and int(text) != os.getpid() and _alive(int(text)):
-            raise CLIError(f"{run_dir} is being trained by process {text}; wait for it or stop it first")
-    atomic_write_text(lock, str(os.getpid()))
     try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        fcntl = None
+    if fcntl is None:  # pragma: no cover - Windows
+        with _exclusive_create(lock):
+            yield
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+            raise CLIError(f"{run_dir} is being trained by process {holder}; wait for it or stop it first") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        os.close(fd)  # releases the lock
 
 
-def _alive(pid: int) -> bool:
+@contextlib.contextmanager
+def _exclusive_create(lock: Path):  # pragma: no cover - Windows
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            text = lock.read_text().strip()
+            if text.isdigit() and _alive(int(text)):
+                raise CLIError(f"{lock.parent} is being trained by process {text}; wait for it or stop it first") from None
+            lock.unlink(missing_ok=True)  # left by a dead process
+    else:
+        raise CLIError(f"{lock.parent} is being claimed by another process; try again")
+    try:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        yield
+    finally:
+        if lock.read_text().strip() == str(os.getpid()):  # never remove another process's claim
+            lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:  # pragma: no cover - Windows
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -258,11 +296,11 @@ def _summarize(run_dir: Path, config: TrainConfig, steps: int, wall_time: float,
 def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", position: int = 0) -> RunSummary:
     """Train a new run of ``config`` in ``run_dir`` (created; it must not hold a run already)."""
     run_dir = Path(run_dir)
-    if (run_dir / CONFIG_FILE).exists():
-        raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume {run_dir}`, or choose "
-                       "another --run-dir")
     run_dir.mkdir(parents=True, exist_ok=True)
-    with _claim(run_dir):
+    with _claim(run_dir):  # checked under the lock: two commands starting one folder at once cannot both pass
+        if (run_dir / CONFIG_FILE).exists():
+            raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume "
+                           f"{shlex.quote(str(run_dir))}`, or choose another --run-dir")
         return _start(config, run_dir, progress=progress, position=position)
 
 
