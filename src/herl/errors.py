@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 
-class ConfigError(ValueError):
+class HerlError(Exception):
+    """Base of every error herl raises on purpose: code can catch ``herl.errors.HerlError`` to tell a refused input
+    from a bug."""
+
+
+class ConfigError(HerlError, ValueError):
     """A hyperparameter or setting with a value that is not allowed; the message names the field, the value and
     what is allowed. Raised the same way for the Python API, ``--set``, presets and model files."""
 
@@ -29,13 +34,18 @@ class ConfigError(ValueError):
         return (type(self), (self.owner, self.name, self.value, self.allowed))
 
 
-class NonFiniteError(ValueError):
+class NonFiniteError(HerlError, ValueError):
     """NaN or infinity where training needs finite numbers (an env's observation or reward, a reward function's
     output, a loss). Training stops at once: a single NaN spreads to every weight and normalizer statistic."""
 
 
-class CorruptFileError(ValueError):
-    """A saved file whose contents contradict themselves (a damaged or hand-edited buffer or model)."""
+class ArchiveError(HerlError, ValueError):
+    """A file that is not a readable herl archive of the expected kind (not a zip, a damaged member, missing or
+    mistyped fields, sizes beyond the limits)."""
+
+
+class CorruptFileError(ArchiveError):
+    """A herl file whose contents contradict themselves (a damaged or hand-edited buffer or model)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------

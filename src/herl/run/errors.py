@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from herl.errors import HerlError
 
-class CLIError(Exception):
+
+class CLIError(HerlError):
     """A mistake in what was asked (a flag, an env id, a file), with what to do about it.
 
     ``herl`` prints the message after ``herl: error:`` and exits with status 2; any other exception
