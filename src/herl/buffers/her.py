@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from herl.buffers.goal_functions import bind_goal_function, env_goal_function, goal_function_values, probe_vectorized
-from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer
+from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer, _file_errors
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy, relabel_count, sample_goal_offsets
+from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, Rule, one_of
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 DEFAULT_MAX_EPISODE_LENGTH = 10_000
@@ -362,18 +363,33 @@ class HerReplayBuffer(ReplayBuffer):
         """Read a buffer saved by :meth:`save`. Reward functions are code, so they are not in the file:
         pass ``env`` or ``compute_reward`` again."""
         meta, arrays, obs_space, act_space = cls._read(path)
-        buffer = cls(
-            observation_space=obs_space, action_space=act_space, env=env, device=device,
-            compute_reward=compute_reward, compute_terminated=compute_terminated, **meta["config"],
-        )
-        prefix = "storage/transition/" + INFO_PREFIX
-        for name, array in arrays.items():
-            if name.startswith(prefix):
-                buffer._declare_info_field(name[len("storage/transition/"):], FieldSpec(array.shape[2:], array.dtype))
-        buffer._restore(meta, arrays, seed)
+        with _file_errors(path):
+            buffer = cls(
+                observation_space=obs_space, action_space=act_space, env=env, device=device,
+                compute_reward=compute_reward, compute_terminated=compute_terminated, **meta["config"],
+            )
+            prefix = "storage/transition/" + INFO_PREFIX
+            for name, array in arrays.items():
+                if name.startswith(prefix):
+                    buffer._declare_info_field(name[len("storage/transition/"):], FieldSpec(array.shape[2:], array.dtype))
+            buffer._restore(meta, arrays, seed)
         if buffer._info_specs:
             buffer._probe()
         return buffer
+
+    FILE_CONFIG: ClassVar[dict[str, Rule | None]] = {
+        **ReplayBuffer.FILE_CONFIG, "n_sampled_goal": NON_NEGATIVE_INT,
+        "goal_selection_strategy": one_of("future", "final", "episode", "random"), "copy_info_dict": BOOL,
+        "online_sampling": BOOL, "max_episode_length": POSITIVE_INT,
+        "info_keys": None, "reward_context": None,  # lists of names, checked by the constructor
+    }
+
+    @classmethod
+    def _file_shapes(cls, config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        if config.get("online_sampling", True):
+            return super()._file_shapes(config)
+        return {"storage": (config.get("max_episode_length", DEFAULT_MAX_EPISODE_LENGTH) + 1, config.get("n_envs", 1)),
+                "relabeled": (max(config.get("buffer_size", 1), 1), 1)}
 
 
 def _time_limit(env: Any) -> int | None:

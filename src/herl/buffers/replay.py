@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from gymnasium import spaces
 
 from herl.buffers.samples import DictReplayBufferSamples, ReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, TorchEpisodeStorage, to_numpy
-from herl.errors import NonFiniteError
+from herl.errors import BOOL, POSITIVE_INT, ArchiveError, HerlError, NonFiniteError, Rule, check, number
 from herl.utils import get_device
 
 # info keys that are episode book-keeping, never inputs of a reward
@@ -473,14 +474,45 @@ class ReplayBuffer:
         }
         write_archive(path, kind=self.FILE_KIND, version=self.FILE_VERSION, meta=meta, arrays=arrays)
 
+    # What a file's config may hold, with its rules; checked before anything is built from it (issue 10).
+    FILE_CONFIG: ClassVar[dict[str, Rule | None]] = {
+        "buffer_size": POSITIVE_INT, "n_envs": POSITIVE_INT, "optimize_memory_usage": BOOL,
+        "handle_timeout_termination": BOOL, "prioritized": BOOL, "alpha": number(0.0), "beta": number(0.0, 1.0),
+        "priority_eps": number(0.0, low_open=True), "storage_device": Rule("choice", choices=(None,), also=()),
+        "check_finite": BOOL,
+    }
+
     @classmethod
     def _read(cls, path: str | os.PathLike):
         from herl.io import read_archive, space_from_json
 
         meta, arrays = read_archive(path, kind=cls.FILE_KIND, max_version=cls.FILE_VERSION)
         if meta.get("class") != cls.__name__:
-            raise ValueError(f"{path} holds a {meta.get('class')}, not a {cls.__name__}: load it with {meta.get('class')}.load")
-        return meta, arrays, space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
+            raise ArchiveError(f"{path} holds a {meta.get('class')}, not a {cls.__name__}: load it with "
+                               f"{meta.get('class')}.load")
+        with _file_errors(path):
+            config = meta.get("config")
+            if not isinstance(config, dict):
+                raise ArchiveError(f"{path}: its config is missing or not a mapping: the file is damaged")
+            unknown = sorted(set(config) - set(cls.FILE_CONFIG))
+            if unknown:
+                raise ArchiveError(f"{path}: its config holds {unknown}, which are not {cls.__name__} settings")
+            for key, value in config.items():
+                rule = cls.FILE_CONFIG[key]
+                if rule is not None and not (key == "storage_device" and isinstance(value, str)):
+                    check(f"{path}: the saved", key, value, rule)
+            for prefix, shape in cls._file_shapes(config).items():
+                found = getattr(arrays.get(f"{prefix}/is_transition"), "shape", None)
+                if found != shape:
+                    raise ArchiveError(f"{path}: its {prefix} holds rows shaped {found}, but its config says {shape}: "
+                                       "the file is damaged")
+            return meta, arrays, space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
+
+    @classmethod
+    def _file_shapes(cls, config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        """The ``(rows, n_envs)`` of each storage a file with ``config`` holds."""
+        n_envs = config.get("n_envs", 1)
+        return {"storage": (max(config.get("buffer_size", 1) // n_envs, 1), n_envs)}
 
     def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], seed: int | None) -> None:
         for prefix, storage in self._storages().items():
@@ -495,6 +527,18 @@ class ReplayBuffer:
     def load(cls, path: str | os.PathLike, *, device: torch.device | str = "auto", seed: int | None = None) -> ReplayBuffer:
         """Read a buffer saved by :meth:`save`. ``seed`` reseeds sampling; by default it continues as saved."""
         meta, arrays, obs_space, act_space = cls._read(path)
-        buffer = cls(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
-        buffer._restore(meta, arrays, seed)
+        with _file_errors(path):
+            buffer = cls(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
+            buffer._restore(meta, arrays, seed)
         return buffer
+
+
+@contextlib.contextmanager
+def _file_errors(path: str | os.PathLike):
+    """Turn what a damaged file makes numpy, torch or a constructor raise into an ArchiveError naming the file."""
+    try:
+        yield
+    except HerlError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError, OverflowError, AttributeError) as err:
+        raise ArchiveError(f"{path}: a damaged buffer file ({type(err).__name__}: {err})") from err

@@ -90,9 +90,11 @@ def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[di
             elif kind == "optim":
                 name, index, field = rest.split("/", 2)
                 optim_states.setdefault(name, {}).setdefault(int(index), {})[field] = torch.from_numpy(array)
-        for name, groups in meta["optimizers"].items():
+        for name, groups in _field(meta, "optimizers", dict).items():
             params[f"{name}.optimizer"] = {"state": optim_states.get(name, {}), "param_groups": groups}
-    except (KeyError, ValueError) as err:
+    except (KeyError, ValueError, TypeError) as err:
+        if isinstance(err, ArchiveError):
+            raise
         raise ArchiveError(f"{path}: a damaged model file ({type(err).__name__}: {err})") from err
     return meta, params
 
@@ -138,6 +140,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
             raise ArchiveError(f"{path}: its counters must be whole numbers >= 0, got {counters!r}")
         policy = _field(meta, "policy", str)
         rng_state = _field(meta, "rng_state", dict)
+        _check_size(path, cls, kwargs["policy_kwargs"], obs_space, act_space, params)
         model = cls(policy, None, observation_space=obs_space, action_space=act_space, device=device, **kwargs)
     except ArchiveError:
         raise
@@ -152,7 +155,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
             model.torch_rng.set_state(torch.from_numpy(arrays["torch_rng"].copy()).to(torch.uint8))
     except ArchiveError:
         raise
-    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, OverflowError) as err:
         raise ArchiveError(f"{path}: its weights or optimizer states do not fit a {cls.__name__} with the saved "
                            f"settings ({type(err).__name__}: {err})") from err
     bad = [name for name, module in model.nets.items()
@@ -185,6 +188,28 @@ def _with_env(model: Any, cls: type, policy: str, env: Any, device: Any, kwargs:
         )
     model.set_parameters(params, exact_match=True)
     return model
+
+
+def _check_size(path: Any, cls: type, policy_kwargs: dict[str, Any], obs_space: Any, act_space: Any,
+                params: dict[str, Any]) -> None:
+    """Refuse network settings that imply more weights than the file holds, before building them (a file asking for
+    a layer of 2**40 units would otherwise allocate terabytes)."""
+    from gymnasium import spaces
+
+    from herl.training.config import PolicyConfig
+
+    arch = PolicyConfig.from_kwargs(policy_kwargs, cls.default_net_arch, cls.default_n_critics)
+    subspaces = obs_space.spaces.values() if isinstance(obs_space, spaces.Dict) else [obs_space]
+    inputs = sum(int(np.prod(s.shape)) if s.shape else 1 for s in subspaces)
+    stored = sum(t.numel() for name, state in params.items() if not name.endswith(".optimizer")
+                 for t in state.values())
+    # every layer's weights are among the stored ones (target networks double them, which covers the inputs counted
+    # here that the networks do not read, such as achieved_goal)
+    layers = [a * b for hidden in (arch.actor_arch, arch.critic_arch) for a, b in zip([inputs, *hidden], hidden)]
+    implied = max([*layers, arch.n_critics * (arch.critic_arch[0] if arch.critic_arch else 1)])
+    if implied > stored:
+        raise ArchiveError(f"{path}: its network settings ({policy_kwargs}) imply a layer of {implied:,} weights, but "
+                           f"it holds {stored:,} in all: the file is damaged")
 
 
 def _field(meta: dict[str, Any], name: str, types: type | tuple[type, ...]) -> Any:
