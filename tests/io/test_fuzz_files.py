@@ -271,11 +271,12 @@ def test_a_buffer_file_whose_bookkeeping_lies_is_refused_not_sampled_forever(fil
     from herl.errors import CorruptFileError
 
     meta, arrays = _unpack(files["her.zip"])
-    arrays["storage/counters"] = arrays["storage/counters"].copy()
-    arrays["storage/counters"][2] = 1  # window: one row, though more hold transitions
+    rows = arrays["storage/episode_rows"].copy()
+    rows[0, 0, 1] += 1  # the first episode's first row now claims one more transition than its other rows do
+    arrays["storage/episode_rows"] = rows
     path = tmp_path / "b.zip"
     path.write_bytes(_pack(meta, arrays))
-    with pytest.raises(CorruptFileError, match="beyond the 1 rows written"):
+    with pytest.raises(CorruptFileError, match="the saved buffer is inconsistent"):
         HerReplayBuffer.load(path, env=BitFlippingEnv(n_bits=4, continuous=True))
     buffer = HerReplayBuffer.load(_write(tmp_path, files["her.zip"]), env=BitFlippingEnv(n_bits=4, continuous=True))
     buffer.storage.is_transition[:] = False  # what no check on load can see any more: sampling still ends

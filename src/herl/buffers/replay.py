@@ -439,7 +439,7 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ persistence
     FILE_KIND = "replay_buffer"
-    FILE_VERSION = 1
+    FILE_VERSION = 2  # 2: per-row arrays hold the rows written so far only (version 1 files, all rows, still load)
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -463,7 +463,8 @@ class ReplayBuffer:
         from herl.io import space_to_json, write_archive
 
         arrays = {
-            f"{prefix}/{name}": array for prefix, storage in self._storages().items() for name, array in storage.arrays().items()
+            f"{prefix}/{name}": array for prefix, storage in self._storages().items()
+            for name, array in storage.arrays(written_only=True).items()
         }
         meta = {
             "class": type(self).__name__,
@@ -501,11 +502,11 @@ class ReplayBuffer:
                 rule = cls.FILE_CONFIG[key]
                 if rule is not None and not (key == "storage_device" and isinstance(value, str)):
                     check(f"{path}: the saved", key, value, rule)
-            for prefix, shape in cls._file_shapes(config).items():
+            for prefix, (rows, n_envs) in cls._file_shapes(config).items():
                 found = getattr(arrays.get(f"{prefix}/is_transition"), "shape", None)
-                if found != shape:
-                    raise ArchiveError(f"{path}: its {prefix} holds rows shaped {found}, but its config says {shape}: "
-                                       "the file is damaged")
+                if found is None or len(found) != 2 or found[1] != n_envs or found[0] > rows:
+                    raise ArchiveError(f"{path}: its {prefix} holds rows shaped {found}, but its config says at most "
+                                       f"{(rows, n_envs)}: the file is damaged")
             return meta, arrays, space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
 
     @classmethod

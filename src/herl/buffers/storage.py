@@ -537,8 +537,13 @@ class EpisodeStorage:
         return self.field("n", name, flat)
 
     # ------------------------------------------------------------------ persistence
-    def arrays(self) -> dict[str, np.ndarray]:
-        """Every array that defines the storage's contents, by a stable name."""
+    # Per-row arrays: saved for the rows written so far only (issue 10: a 300-step run with the default capacity
+    # wrote 102 MB of zeros); rows past the window are empty by construction (writes start at row 0, in order).
+    _PER_ROW = ("state/", "next_state/", "transition/", "episode_rows", "is_transition", "head", "priority/leaves")
+
+    def arrays(self, *, written_only: bool = False) -> dict[str, np.ndarray]:
+        """Every array that defines the storage's contents, by a stable name; ``written_only``: the per-row arrays cut
+        to the rows written so far (what files hold)."""
         out = {f"state/{k}": to_numpy(v) for k, v in self.states.items()}
         if not self.share_states:
             out.update({f"next_state/{k}": to_numpy(v) for k, v in self.next_states.items()})
@@ -550,30 +555,53 @@ class EpisodeStorage:
         )
         if self.priorities is not None:
             out.update({f"priority/{k}": v for k, v in self.priorities.state().items()})
+        if written_only:
+            n = self.window
+            out = {name: (a[: n * self.n_envs] if name == "priority/leaves" else a[:n]) if name.startswith(self._PER_ROW)
+                   else a for name, a in out.items()}
         return out
 
     def _assign(self, target, source: np.ndarray) -> None:
         target[...] = source
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
-        """Fill this (freshly built, same-shaped) storage from :meth:`arrays` output."""
+        """Fill this (freshly built, same-shaped) storage from :meth:`arrays` output (whole, or ``written_only``)."""
         targets = self.arrays()
         live = {f"state/{k}": v for k, v in self.states.items()}
         live.update({f"next_state/{k}": v for k, v in self.next_states.items()} if not self.share_states else {})
         live.update({f"transition/{k}": v for k, v in self.transitions.items()})
+        counters = arrays.get("counters")
+        if counters is None or counters.shape != (3,):
+            raise CorruptFileError("the saved buffer's counters are missing or misshapen: the file is damaged")
+        written = int(counters[2])  # the window: rows a file written with written_only holds
+        arrays = dict(arrays)
+        if "priority/leaves" in arrays and len(arrays["priority/leaves"]) == written * self.n_envs:
+            arrays["priority/leaves"] = np.concatenate(
+                [arrays["priority/leaves"], np.zeros(self.rows * self.n_envs - len(arrays["priority/leaves"]))])
         for name, target in targets.items():
             if name not in arrays:
                 raise ValueError(f"saved buffer lacks the array {name!r}: the file is incomplete or not a herl buffer")
             source = arrays[name]
-            if source.shape != target.shape or source.dtype != target.dtype:
+            rows = source.shape[0] if source.ndim and name.startswith(self._PER_ROW) and name != "priority/leaves" \
+                else None
+            if rows is not None and rows == written <= self.rows and source.shape[1:] == target.shape[1:]:
+                shape_ok = True
+            else:
+                rows, shape_ok = None, source.shape == target.shape
+            if not shape_ok or source.dtype != target.dtype:
                 raise ValueError(
                     f"saved array {name!r} has shape {source.shape} and dtype {source.dtype}, expected "
-                    f"{target.shape} and {target.dtype}: the file does not match the buffer's configuration"
+                    f"{target.shape} (or its first {written} rows) and {target.dtype}: the file does not match the "
+                    "buffer's configuration"
                 )
             if name in live:  # data (possibly torch tensors on a device); targets[name] is a host copy
-                self._assign(live[name], source)
+                self._assign(live[name] if rows is None else live[name][:rows], source)
             elif name not in ("pos", "counters") and not name.startswith("priority/"):
-                target[...] = source
+                if rows is None:
+                    target[...] = source
+                else:
+                    target[:rows] = source
+                    target[rows:] = 0
         self.n_adds, self.n_starting, self.window = (int(x) for x in arrays["counters"])
         self._set_pos(arrays["pos"].copy())
         self.heads[:] = self.head.sum(axis=1)
@@ -623,6 +651,9 @@ class EpisodeStorage:
             fail("a row lies outside the closed episode it is booked to")
         if (self.head & ~(closed & (starts == row_index))).any():
             fail("an episode head that is not the first row of a closed episode")
+        envs = np.arange(n_envs)[None, :]
+        if (closed & ((lengths[starts, envs] != lengths) | (starts[starts, envs] != starts))).any():
+            fail("rows of one episode that disagree on its first row or its length")
         transition = self.is_transition
         if transition[self.window:].any():
             fail(f"transitions booked beyond the {self.window} rows written")
