@@ -235,7 +235,7 @@ class ReplayBuffer:
             done = terminated | truncated
             n_done = None
         if type(reward) is not np.ndarray or reward.shape != self._batch_shape:
-            reward = self._reshape(to_numpy(reward).astype(np.float32, copy=False), (), "reward")
+            reward = self._reshape(to_numpy(reward), (), "reward").astype(np.float32, copy=False)
         if type(action) is not np.ndarray or action.shape != self._action_shape:
             action = self._reshape(self._array(action), self._action_spec.shape, "action")
         transitions = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated}
@@ -300,6 +300,9 @@ class ReplayBuffer:
     def _reshape(self, value: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
         """Accept ``(n_envs, *shape)``, or ``shape`` alone for one env; anything else is an error that says so."""
         expected = (self.n_envs, *shape)
+        if value.dtype.kind not in "biuf":
+            raise ValueError(f"{name} holds {value.dtype} values ({value.ravel()[:3]!r}...), not numbers: pass numeric "
+                             "arrays")
         if value.shape == expected:
             return value
         if self.n_envs == 1 and value.shape == shape:

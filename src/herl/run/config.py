@@ -140,6 +140,8 @@ class TrainConfig:
     """Periodic checkpoints."""
     preset: str | None = None
     """The preset the settings came from, if any."""
+    notes: tuple[str, ...] = ()
+    """What herl chose that the settings did not say (e.g. the buffer_size), repeated in the run's summary."""
 
     def to_json(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -157,6 +159,7 @@ class TrainConfig:
             noise=NoiseSettings(**data.pop("noise", {})),
             eval=EvalSettings(**data.pop("eval", {})),
             checkpoint=CheckpointSettings(**data.pop("checkpoint", {})),
+            notes=tuple(data.pop("notes", ())),
             **data,
         )
 
@@ -276,7 +279,7 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
         her=settings["her"] if her_on else None, policy=settings["policy"], noise=settings["noise"],
         eval=settings["eval"], checkpoint=settings["checkpoint"], **run,
     )
-    _validate(config)
+    validate_config(config)
     return config
 
 
@@ -325,8 +328,14 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
     return value
 
 
-def _validate(config: TrainConfig) -> None:
+def validate_config(config: TrainConfig) -> None:
+    """Raise a CLIError naming the first setting of ``config`` that is not allowed (also for a config.json read back)."""
     from herl.buffers.strategies import KEY_TO_GOAL_STRATEGY
+
+    if not isinstance(config.algo, str) or not isinstance(config.env, str) or not isinstance(config.env_kwargs, Mapping) \
+            or not isinstance(config.hyperparameters, Mapping) or type(config.seed) is not int:
+        raise CLIError("algo and env must be names, env_kwargs and hyperparameters mappings, seed a whole number")
+    _check_algorithm_settings(config.algo, config.hyperparameters, config.policy)
 
     for name in ("timesteps", "n_envs", "threads", "log_interval"):
         if getattr(config, name) < 1:

@@ -22,3 +22,8 @@ class MissingExtraError(CLIError):
 
     def __reduce__(self):  # so it crosses from a --jobs worker process intact
         return (type(self), (self.what, self.package, self.extra))
+
+
+class Interrupted(KeyboardInterrupt):
+    """Training stopped by a signal (SIGTERM, Ctrl-C); the message says where it resumes from. ``herl`` prints it and
+    exits with status 130."""

@@ -282,10 +282,31 @@ class OffPolicyAlgorithm:
         """Actions for one observation or a batch (leading axis), in the env's action space; ``state`` is returned as given."""
         batched = self._is_batch(observation)
         obs = observation if batched else _add_batch_axis(observation)
+        self._check_observation(obs)
         actions = self._unscale(self._policy_actions(obs, deterministic))
         if isinstance(self.action_space, spaces.Discrete):
             actions = actions.astype(np.int64)
         return (actions if batched else actions[0]), state
+
+    def _check_observation(self, obs: Any) -> None:
+        """Every entry the networks read is there, numeric, and shaped (batch, *its space's shape), with one batch
+        size: the message names the key and the expected shape (rather than a shape error from inside torch)."""
+        space = self.observation_space
+        entries = {k: (space[k], obs.get(k) if isinstance(obs, Mapping) else None) for k in self.encoder.keys} \
+            if isinstance(space, spaces.Dict) else {"observation": (space, obs)}
+        batch = None
+        for key, (sub, value) in entries.items():
+            expected = () if isinstance(sub, spaces.Discrete) else tuple(sub.shape)
+            if value is None:
+                raise ValueError(f"the observation lacks the key {key!r}: the model reads {list(self.encoder.keys)}")
+            array = value if torch.is_tensor(value) else np.asarray(value)
+            numeric = array.dtype.is_floating_point or not array.dtype.is_complex if torch.is_tensor(array) \
+                else array.dtype.kind in "biuf"
+            if not numeric or tuple(array.shape[1:]) != expected or (batch is not None and array.shape[0] != batch):
+                raise ValueError(f"observation[{key!r}] has shape {tuple(array.shape)} and dtype {array.dtype}; expected "
+                                 f"numbers shaped {expected} for one observation, or (batch, *{expected}) for a batch"
+                                 + (f" of {batch}" if batch is not None else ""))
+            batch = array.shape[0]
 
     def _is_batch(self, observation: Any) -> bool:
         space = self.observation_space
