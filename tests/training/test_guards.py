@@ -243,3 +243,15 @@ def test_adapters_refuse_non_integer_counts_naming_the_users_argument(value):
         with pytest.raises(ConfigError, match=f"{name}="):
             HerReplayStorage(observation_space=env.observation_space, action_space=env.action_space,
                              reward_fn=env.compute_reward, **{name: value})
+
+
+def test_an_offline_buffer_too_small_for_an_episodes_copies_warns():
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    buffer = HerReplayBuffer(10, env.observation_space, env.action_space, env=env, n_sampled_goal=4,
+                             online_sampling=False, max_episode_length=4, seed=0)
+    obs, _ = env.reset(seed=0)
+    with pytest.warns(UserWarning, match="keeps none. Raise buffer_size to at least 20"):
+        for t in range(4):
+            next_obs, reward, *_ = env.step(env.action_space.sample())
+            buffer.add(obs, next_obs, np.zeros(4, np.float32), reward, terminated=False, truncated=t == 3)
+            obs = next_obs

@@ -11,6 +11,7 @@ is plain uniform replay over those copies.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -163,6 +164,7 @@ class HerReplayBuffer(ReplayBuffer):
         if not self.online_sampling:
             self._on_episode_end = self._relabel_ended_episodes
         self._probe_done = False
+        self._warned_small_store = False
         if not self.copy_info_dict:  # with info entries, probe once their shapes are known (first add)
             self._probe()
 
@@ -247,6 +249,13 @@ class HerReplayBuffer(ReplayBuffer):
         last = (stage.pos[env_idx] - 1) % stage.rows
         start, length = int(stage.ep_start[last, env_idx]), int(stage.ep_len[last, env_idx])
         flat = stage.flat_index(np.arange(start, start + length), np.full(length, env_idx))
+        if self.n_sampled_goal * length >= self.relabeled.rows and not self._warned_small_store:
+            self._warned_small_store = True
+            warnings.warn(
+                f"an episode of {length} steps makes {self.n_sampled_goal * length} relabeled copies, which fill "
+                f"buffer_size={self.relabeled.rows}: they overwrite the episode's real transitions at once, so the "
+                f"buffer keeps none. Raise buffer_size to at least {(self.n_sampled_goal + 1) * length} (issue 10)",
+                stacklevel=4)
         # the episode once as it happened, stored first so that `random` can draw goals from it too
         self.relabeled.extend(*GatheredRows(stage, flat).fields())
         if not self.n_sampled_goal:

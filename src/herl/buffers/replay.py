@@ -300,7 +300,7 @@ class ReplayBuffer:
     def _reshape(self, value: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
         """Accept ``(n_envs, *shape)``, or ``shape`` alone for one env; anything else is an error that says so."""
         expected = (self.n_envs, *shape)
-        if value.dtype.kind not in "biuf":
+        if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
             raise ValueError(f"{name} holds {value.dtype} values ({value.ravel()[:3]!r}...), not numbers: pass numeric "
                              "arrays")
         if value.shape == expected:
