@@ -124,6 +124,9 @@ class ReplayBuffer:
         self._dict_obs = isinstance(observation_space, spaces.Dict)
         self._state_specs = state_specs(observation_space)
         self._action_spec = action_spec(action_space)
+        self.check_finite = bool(check_finite)
+        self._float_state_keys = tuple(k for k, spec in self._state_specs.items() if spec.dtype.kind == "f")
+        self._float_action = self._action_spec.dtype.kind == "f"
         self.storage = self._make_storage(self.buffer_size, self.n_envs, share_states=self.optimize_memory_usage)
         self._cpu_numpy = self.device.type == "cpu" and self.storage_device is None
         # fields stored flat but batched with their shape (images, multi-dimensional actions)
@@ -142,9 +145,6 @@ class ReplayBuffer:
         self.priority_eps = float(priority_eps)
         if self.prioritized:
             self._attach_priorities(self.storage)
-        self.check_finite = bool(check_finite)
-        self._float_state_keys = tuple(k for k, spec in self._state_specs.items() if spec.dtype.kind == "f")
-        self._float_action = self._action_spec.dtype.kind == "f"
         self._stores_infos = False  # subclasses that keep info entries set this
         self._on_episode_end = None  # called after an add that ended an episode, when set
 
@@ -163,7 +163,7 @@ class ReplayBuffer:
         storage_class, extra = EpisodeStorage, {}
         if self.storage_device is not None:
             storage_class, extra = TorchEpisodeStorage, {"device": self.storage_device}
-        return storage_class(
+        storage = storage_class(
             **extra,
             rows=rows,
             n_envs=n_envs,
@@ -174,6 +174,11 @@ class ReplayBuffer:
             split_long_episodes=self._splits_long_episodes,
             size_argument=size_argument,
         )
+        # a NumPy storage checks the rows it writes (one reduction per block); a torch one would sync its device on
+        # every add, so its inputs are checked instead (see add)
+        storage.check_finite = self.check_finite and storage_class is EpisodeStorage
+        storage.on_non_finite = self._report_non_finite
+        return storage
 
     # ------------------------------------------------------------------ SB3-compatible counters
     @property
@@ -242,16 +247,24 @@ class ReplayBuffer:
         if self._stores_infos:
             self._add_info_fields(transitions, infos)
         obs, next_obs = self._obs(obs, "obs"), self._obs(next_obs, "next_obs")
-        if self.check_finite:
+        if self.check_finite and not self.storage.check_finite:  # a torch storage: check the inputs
             self._check_finite(obs, next_obs, action, reward)
         self.storage.add(obs, next_obs, transitions, done, n_done)
         if self._on_episode_end is not None and self.storage.n_starting:
             self._on_episode_end()
 
+    def _report_non_finite(self, states: Mapping[str, Any], next_states: Mapping[str, Any],
+                           transitions: Mapping[str, Any]) -> None:
+        """Called by a NumPy storage whose rows just written hold NaN or infinity (it checks them in one reduction
+        per block): raise, naming the env and the field."""
+        self._check_finite(states, next_states, transitions["action"], transitions["reward"])
+        raise NonFiniteError("an info entry stored with the transition holds NaN or infinity; nothing of this add() "
+                             "was stored")
+
     def _check_finite(self, obs: Mapping[str, Any], next_obs: Mapping[str, Any], action: Any, reward: Any) -> None:
         """Refuse NaN or infinity before anything is stored (issue 10: one NaN observation made every weight and
-        the normalizer NaN, silently). One reduction per float field: a sum is finite only if every element is
-        (an overflowing sum of finite values is told apart by the exact check that follows)."""
+        the normalizer NaN, silently), naming the env and the field. One reduction per float field: a sum is finite
+        only if every element is (an overflowing sum of finite values is told apart by the exact check)."""
         fields = [("next_obs", k, next_obs[k]) for k in self._float_state_keys]
         fields += [("obs", k, obs[k]) for k in self._float_state_keys]
         fields.append(("reward", None, reward))

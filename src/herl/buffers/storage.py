@@ -151,6 +151,9 @@ class EpisodeStorage:
         self.lockstep = True
         self._envs = np.arange(n_envs)
         self.priorities = None  # a PriorityTree over flat rows, for prioritized replay
+        # the finiteness guard: the buffer sets these (on_non_finite raises, naming the env and the key)
+        self.check_finite = False
+        self.on_non_finite = None
 
     # ------------------------------------------------------------------ layout
     def _field_specs(self) -> dict[tuple[str, str], FieldSpec]:
@@ -177,6 +180,7 @@ class EpisodeStorage:
             widths[spec.dtype] = offset + spec.size
         flat_rows = self.rows * self.n_envs
         self._blocks = {dtype: self._zeros((flat_rows, width), dtype) for dtype, width in widths.items()}
+        self._float_blocks = [block for dtype, block in self._blocks.items() if np.dtype(dtype).kind == "f"]
         views = {key: self._field_view(self._blocks[dtype], offset, spec) for key, (dtype, offset, spec) in self._columns.items()}
         self.flat_states = {k: views[("s", k)] for k in self.state_fields}
         self.flat_next_states = self.flat_states if self.share_states else {k: views[("n", k)] for k in self.state_fields}
@@ -308,6 +312,10 @@ class EpisodeStorage:
         flat_transitions = self.flat_transitions
         for k in self._transition_names:
             flat_transitions[k][at] = transitions[k]
+        if self.check_finite and not self._rows_finite(at, at_next if share else None):
+            # nothing is booked yet: the rows just written belong to no episode (retired, or never used) and the
+            # next add writes them again, so the transition is not stored
+            self.on_non_finite(states, next_states, transitions)
         self._flat_is_transition[at] = True
         if self.priorities is not None:
             self.priorities.add_many(np.arange(at.start, at.stop) if isinstance(at, slice) else at)
@@ -326,6 +334,17 @@ class EpisodeStorage:
             for k in self.end_fields:
                 flat_transitions[k][at] = transitions[k]
             self.close(np.flatnonzero(done))
+
+    def _rows_finite(self, at, at_next) -> bool:
+        """Whether the float rows just written hold only finite numbers: one reduction per float block, as a row packs
+        its observation, goals, action and reward side by side (issue 10's guard, ~1 µs an add; a sum is finite only
+        if every term is, and an overflowing sum of finite numbers is told apart by the exact check)."""
+        for block in self._float_blocks:
+            for where in (at, at_next) if at_next is not None else (at,):
+                rows = block[where]
+                if not math.isfinite(np.add.reduce(rows, None)) and not np.isfinite(rows).all():
+                    return False
+        return True
 
     def _begin_episodes(self, at, states: Mapping[str, np.ndarray]) -> None:
         """Start an episode in every env that has none open, at the row it writes now (``at``: flat indices)."""
