@@ -2,8 +2,9 @@
 and the loss check per update.
 
 The workload is buffer_throughput.py's: observation 10 floats, goals 3, action 4, episodes of 50 steps, capacity 1e6,
-100k transitions (20k with --quick), future strategy with k = 4. Rounds alternate guard on and off, so that a burst
-of load on a shared machine hits both alike; each figure is the best round (noise only adds time).
+100k transitions (20k with --quick), future strategy with k = 4. Times are CPU time (time.process_time: a process
+waiting for a core on a shared machine is not charged), and rounds alternate guard on and off, so that a burst of
+load hits both alike; each figure is the best round (noise only adds time).
 
     python benchmarks/guard_cost.py            # ~1 minute
     python benchmarks/guard_cost.py --quick
@@ -56,39 +57,39 @@ def time_add(n_envs: int, check: bool, steps) -> float:
     buffer = HerReplayBuffer(1_000_000, obs_space, act_space, n_envs=n_envs, compute_reward=sparse_reward,
                              device="cpu", seed=0, check_finite=check)
     add = buffer.add
-    start = time.perf_counter()
+    start = time.process_time()
     for obs, nxt, action, reward, terminated, truncated in steps:
         add(obs, nxt, action, reward, terminated=terminated, truncated=truncated)
-    return (time.perf_counter() - start) / (len(steps) * n_envs) * 1e6, buffer
+    return (time.process_time() - start) / (len(steps) * n_envs) * 1e6, buffer
 
 
 def time_sample(buffer, batch: int, checked: bool, n: int = 200) -> float:
     # the reward check is one function: swap it for a plain conversion to time its absence
     plain = lambda result, k, what: np.asarray(result, dtype=np.float32).reshape(-1)  # noqa: E731
     her_module.goal_function_values = goal_functions.goal_function_values if checked else plain
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(n):
         buffer.sample(batch)
     her_module.goal_function_values = goal_functions.goal_function_values
-    return (time.perf_counter() - start) / n * 1e6
+    return (time.process_time() - start) / n * 1e6
 
 
-def time_updates(check_every: int, n: int) -> float:
-    import herl.training.base as base
+def time_loss_check(rounds: int) -> tuple[float, float]:
+    """(µs per SAC update, µs per loss check): the check runs once every LOSS_CHECK_EVERY updates."""
+    import timeit
 
     env = PointReachEnv()
     model = SAC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, learning_starts=0, batch_size=256,
                 policy_kwargs=dict(net_arch=[256, 256]), seed=0, device="cpu")
     model.learn(300)
-    before = base.LOSS_CHECK_EVERY
-    base.LOSS_CHECK_EVERY = check_every
-    model._next_loss_check = model._n_updates + check_every
-    try:
-        start = time.perf_counter()
-        model.train(n)
-        return (time.perf_counter() - start) / n * 1e6
-    finally:
-        base.LOSS_CHECK_EVERY = before
+    update = check = np.inf
+    for _ in range(rounds):
+        start = time.process_time()
+        model.train(100)  # includes one check
+        update = min(update, (time.process_time() - start) / 100 * 1e6)
+        check = min(check, min(timeit.repeat(model.check_losses, timer=time.process_time, number=200, repeat=3))
+                    / 200 * 1e6)
+    return update, check
 
 
 def main() -> None:
@@ -118,14 +119,22 @@ def main() -> None:
             print(f"| {n_envs} | {'on' if check else 'off'} | {a:.2f} | {s256:.1f} | {s1024:.1f} |")
         on, off = best[True], best[False]
         print(f"| {n_envs} | cost | {on[0] - off[0]:+.2f} | {on[1] - off[1]:+.1f} | {on[2] - off[2]:+.1f} |")
-    updates = 300 if args.quick else 1000
-    per_update = {every: np.inf for every in (100, 10**9)}
-    for _ in range(max(args.rounds // 2, 1)):
-        for every in per_update:
-            per_update[every] = min(per_update[every], time_updates(every, updates))
-    print(f"\nSAC update (batch 256, [256, 256]), µs: loss check every 100 updates {per_update[100]:.0f}, "
-          f"never {per_update[10**9]:.0f} ({per_update[100] - per_update[10**9]:+.1f} per update)")
+    import timeit
 
+    import herl.training.base as base
+
+    rewards = sparse_reward(rng.standard_normal((205, 3)), rng.standard_normal((205, 3)), {})
+    checked = min(timeit.repeat(lambda: goal_functions.goal_function_values(rewards, 205, "compute_reward"),
+                                timer=time.process_time, number=20000, repeat=args.rounds)) / 20000 * 1e6
+    plain = min(timeit.repeat(lambda: np.asarray(rewards, dtype=np.float32).reshape(-1), timer=time.process_time,
+                              number=20000, repeat=args.rounds)) / 20000 * 1e6
+    print(f"\ncompute_reward's output for the ~205 relabeled rows of sample(256): checked {checked:.2f} µs, converted "
+          f"only {plain:.2f} µs ({checked - plain:+.2f} µs per sample)")
+
+    update, check = time_loss_check(args.rounds)
+    print(f"\nSAC update (batch 256, [256, 256], CPU): {update:.0f} µs; one loss check {check:.1f} µs, made every "
+          f"{base.LOSS_CHECK_EVERY} updates: {check / base.LOSS_CHECK_EVERY:.2f} µs per update "
+          f"({100 * check / base.LOSS_CHECK_EVERY / update:.3f} %)")
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ from the field shape this module:
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -140,7 +141,7 @@ def goal_function_values(result: Any, n: int, what: str) -> np.ndarray:
         raise ValueError(f"{what} returned shape {values.shape} for a batch of {n} goals: it must return one value per "
                          "goal, shaped (batch,)")
     values = values.reshape(n)
-    if not np.isfinite(values).all():
+    if not math.isfinite(np.add.reduce(values, None)) and not np.isfinite(values).all():  # the sum: ~1 µs cheaper
         raise NonFiniteError(f"{what} returned NaN or infinity for {int((~np.isfinite(values)).sum())} of {n} relabeled "
                              "goals; nothing was sampled. Fix the function (rewards must be finite numbers)")
     return values

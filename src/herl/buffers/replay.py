@@ -137,11 +137,11 @@ class ReplayBuffer:
         self._action_shape = (self.n_envs, *self._action_spec.shape)
         self._obs_shapes = {k: (self.n_envs, *spec.shape) for k, spec in self._state_specs.items()}
         self._no_flags = np.zeros(self.n_envs, dtype=bool)
+        for name, value in (("alpha", alpha), ("beta", beta), ("priority_eps", priority_eps)):
+            check(type(self).__name__, name, value, self.FILE_CONFIG[name])
         self.prioritized = bool(prioritized)
         self.alpha = float(alpha)
         self.beta = float(beta)
-        if priority_eps <= 0:
-            raise ValueError(f"priority_eps must be > 0 (a zero priority would never be drawn again), got {priority_eps}")
         self.priority_eps = float(priority_eps)
         if self.prioritized:
             self._attach_priorities(self.storage)
@@ -495,7 +495,7 @@ class ReplayBuffer:
     FILE_CONFIG: ClassVar[dict[str, Rule | None]] = {
         "buffer_size": POSITIVE_INT, "n_envs": POSITIVE_INT, "optimize_memory_usage": BOOL,
         "handle_timeout_termination": BOOL, "prioritized": BOOL, "alpha": number(0.0), "beta": number(0.0, 1.0),
-        "priority_eps": number(0.0, low_open=True), "storage_device": Rule("choice", choices=(None,), also=()),
+        "priority_eps": number(0.0, low_open=True, note="a zero priority would never be drawn again"), "storage_device": Rule("choice", choices=(None,), also=()),
         "check_finite": BOOL,
     }
 

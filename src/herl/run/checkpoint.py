@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from herl.errors import ArchiveError
 from herl.io.archive import read_archive, write_archive
 from herl.run.envs import ReplayMismatch, recorders
 
@@ -226,8 +227,18 @@ def load_checkpoint(checkpoint: Checkpoint, env: Any, *, device: str = "auto") -
     meta, arrays = read_archive(checkpoint.path / STATE_FILE, kind=STATE_KIND, max_version=STATE_VERSION)
     model = OffPolicyAlgorithm.load(checkpoint.model_path, env=env, device=device)
     model.load_replay_buffer(checkpoint.path / BUFFER_FILE, truncate_last_traj=False)
-    for key, value in meta["scalars"].items():
-        if type(getattr(model, key, None)) is type(value):
+    try:
+        return _restore_loop_state(model, env, meta, arrays)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as err:
+        if isinstance(err, ArchiveError):
+            raise
+        raise ArchiveError(f"{checkpoint.path / STATE_FILE}: a damaged training state ({type(err).__name__}: {err})") \
+            from err
+
+
+def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[Any, float]:
+    for key, value in meta["scalars"].items():  # only the numbers a checkpoint saves, never settings such as verbose
+        if type(value) in (int, float, bool) and key not in _NOT_STATE and type(getattr(model, key, None)) is type(value):
             setattr(model, key, value)
     maxlen = model._ep_info_buffer.maxlen
     model._ep_info_buffer = deque(meta["ep_info_buffer"], maxlen=maxlen)
