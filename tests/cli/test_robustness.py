@@ -14,17 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from herl.cli import main
+from test_cli import TINY, herl
+
 from herl.run.checkpoint import complete_checkpoints, latest_checkpoint
-
-TINY = ["--env", "herl/BitFlipping-v0", "--timesteps", "300", "--progress", "off", "--set", "env.n_bits=8",
-        "--set", "learning_starts=100", "--set", "eval.freq=100", "--set", "eval.episodes=5",
-        "--set", "checkpoint.freq=100", "--set", "policy.net_arch=[32,32]", "--set", "batch_size=32",
-        "--set", "log_interval=5"]
-
-
-def herl(*args: str | os.PathLike) -> int:
-    return main([str(a) for a in args])
 
 
 @pytest.fixture(scope="module")
