@@ -337,19 +337,27 @@ def validate_config(config: TrainConfig) -> None:
         raise CLIError("algo and env must be names, env_kwargs and hyperparameters mappings, seed a whole number")
     _check_algorithm_settings(config.algo, config.hyperparameters, config.policy)
 
-    for name in ("timesteps", "n_envs", "threads", "log_interval"):
-        if getattr(config, name) < 1:
-            raise CLIError(f"{name} must be at least 1, got {getattr(config, name)}")
+    from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ConfigError, check, number, one_of
+
+    rules = [("timesteps", config.timesteps, POSITIVE_INT), ("n_envs", config.n_envs, POSITIVE_INT),
+             ("threads", config.threads, POSITIVE_INT), ("log_interval", config.log_interval, POSITIVE_INT),
+             ("noise.type", config.noise.type, one_of(*NOISE_TYPES[1:])), ("noise.sigma", config.noise.sigma, number(0.0)),
+             ("eval.freq", config.eval.freq, NON_NEGATIVE_INT), ("eval.episodes", config.eval.episodes, POSITIVE_INT),
+             ("eval.deterministic", config.eval.deterministic, BOOL),
+             ("checkpoint.freq", config.checkpoint.freq, NON_NEGATIVE_INT),
+             ("checkpoint.keep", config.checkpoint.keep, POSITIVE_INT)]
     if config.her is not None:
-        if config.her.strategy not in KEY_TO_GOAL_STRATEGY:
-            raise CLIError(f"unknown HER strategy {config.her.strategy!r}: use one of {', '.join(KEY_TO_GOAL_STRATEGY)}")
-        if config.her.n_sampled_goal < 0:
-            raise CLIError(f"her.n_sampled_goal must be >= 0, got {config.her.n_sampled_goal}")
-    if config.eval.freq < 0 or config.eval.episodes < 1:
-        raise CLIError(f"eval.freq must be >= 0 and eval.episodes >= 1, got {config.eval.freq} and {config.eval.episodes}")
-    if config.checkpoint.freq < 0 or config.checkpoint.keep < 1:
-        raise CLIError(f"checkpoint.freq must be >= 0 and checkpoint.keep >= 1, got {config.checkpoint.freq} and "
-                       f"{config.checkpoint.keep}")
+        rules += [("her.strategy", config.her.strategy, one_of(*KEY_TO_GOAL_STRATEGY)),
+                  ("her.n_sampled_goal", config.her.n_sampled_goal, NON_NEGATIVE_INT),
+                  ("her.online_sampling", config.her.online_sampling, BOOL),
+                  ("her.copy_info_dict", config.her.copy_info_dict, BOOL)]
+    try:
+        for name, value, rule in rules:
+            check("", name, value, rule)
+        if not isinstance(config.device, str):
+            raise CLIError(f"device must be a torch device name such as auto, cpu or cuda, got {config.device!r}")
+    except ConfigError as err:
+        raise CLIError(str(err)) from None
 
 
 def parse_her(text: str) -> dict[str, Any]:
