@@ -3,7 +3,7 @@
 __version__ = "0.1.0"
 
 from herl import envs  # noqa: E402  (registers herl/BitFlipping-v0 and herl/PointReach-v0)
-from herl.algorithms import DDPG, DQN, SAC, TD3  # noqa: E402
+from herl.algorithms import DDPG, DQN, SAC, TD3, TQC, CrossQ  # noqa: E402
 from herl.buffers import (  # noqa: E402
     KEY_TO_GOAL_STRATEGY,
     DictReplayBufferSamples,
@@ -28,11 +28,13 @@ from herl.training import (  # noqa: E402
 )
 
 __all__ = [
+    "CrossQ",
     "DDPG",
     "DQN",
     "KEY_TO_GOAL_STRATEGY",
     "SAC",
     "TD3",
+    "TQC",
     "ActionNoise",
     "BaseCallback",
     "CallbackList",

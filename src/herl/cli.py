@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
     )
     from herl import __version__
+    from herl.run.config import ALGOS
 
     parser.add_argument("--version", action="version", version=f"herl {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train an agent; writes a run folder", allow_abbrev=False,
                                 description="Train an agent. Settings come from the env's preset, then the flags, "
                                 "then --set. Each seed gets RUN_DIR/seed_<S>/.")
-    train.add_argument("--algo", choices=("dqn", "ddpg", "td3", "sac"), help="algorithm (default: the preset's)")
+    train.add_argument("--algo", choices=ALGOS, help="algorithm (default: the preset's)")
     train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0")
     train.add_argument("--preset", metavar="NAME", help="preset to use (default: the one for the env; see herl list)")
     train.add_argument("--timesteps", type=_positive_int, metavar="N", help="env steps to train for")
@@ -87,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--label", action="extend", nargs="+", metavar="TEXT",
                       help="legend labels, one per run, in order (--label A B, or --label A --label B)")
     plot.add_argument("--title", help="figure title")
+    plot.add_argument("--reference", action="append", metavar="LABEL=X:Y,...",
+                      help="points to mark for comparison, e.g. a peer's published results: "
+                      "'zoo TQC=100000:0.6,200000:0.95' (repeatable)")
     plot.set_defaults(func=_cmd_plot)
 
     check = commands.add_parser("check-env", help="check that an env can be trained with HER", allow_abbrev=False)
@@ -306,10 +310,11 @@ def _confirm_env_module(env_id: str, source: Path) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from herl.run.plot import plot_runs
+    from herl.run.plot import parse_reference, plot_runs
 
+    references = [parse_reference(text) for text in args.reference or []]
     output = plot_runs(args.runs, args.output, metric=args.metric, x=args.x, band=args.band, labels=args.label,
-                       title=args.title)
+                       title=args.title, references=references)
     print(f"wrote {output}")
     return 0
 
@@ -357,6 +362,8 @@ ALGORITHMS = {
     "ddpg": "Deep Deterministic Policy Gradient (Box actions), the HER paper's algorithm",
     "td3": "Twin Delayed DDPG (Box actions)",
     "sac": "Soft Actor-Critic (Box actions)",
+    "tqc": "Truncated Quantile Critics: SAC with distributional critics (Box actions), zoo's Fetch algorithm",
+    "crossq": "CrossQ: SAC with batch renormalization and no target networks (Box actions)",
 }
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from herl import DDPG, DQN, SAC, TD3, HerReplayBuffer, NormalActionNoise, ReplayBuffer, evaluate_policy
+from herl import DDPG, DQN, SAC, TD3, TQC, CrossQ, HerReplayBuffer, NormalActionNoise, ReplayBuffer, evaluate_policy
 from herl.envs import BitFlippingEnv
 from herl.io import ArchiveError
 
-ALGOS = [DQN, DDPG, TD3, SAC]
+ALGOS = [DQN, DDPG, TD3, SAC, TQC, CrossQ]
 SMALL = dict(learning_starts=32, batch_size=16, buffer_size=1000, policy_kwargs=dict(net_arch=[16, 16]))
 
 

@@ -286,6 +286,25 @@ def test_plot_draws_a_png(two_seeds: Path, tmp_path: Path) -> None:
                 "rollout/success_rate", "-o", tmp_path / "time.png") == 0
 
 
+def test_plot_marks_reference_points(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.axes
+
+    drawn = []
+    original = matplotlib.axes.Axes.plot
+
+    def spy(self, *args, **kwargs):
+        drawn.append((kwargs.get("label"), [list(a) for a in args[:2]]))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    assert herl("plot", two_seeds, "--reference", "zoo TQC=100:0.6,200:0.95", "--reference", "other=50:0.1",
+                "-o", tmp_path / "ref.png") == 0
+    assert ("zoo TQC", [[100.0, 200.0], [0.6, 0.95]]) in drawn and ("other", [[50.0], [0.1]]) in drawn
+    assert herl("plot", two_seeds, "--reference", "zoo=100-0.6", "-o", tmp_path / "bad.png") == 2
+    assert "--reference takes LABEL=X:Y" in capsys.readouterr().err
+
+
 def test_plot_names_the_metrics_it_has(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("plot", two_seeds, "--metric", "eval/sucess_rate", "-o", tmp_path / "x.png") == 2
     assert "eval/success_rate" in capsys.readouterr().err
@@ -319,7 +338,7 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
         (["train", "--env", "PandaReach-v3"], "pip install 'herl[panda]'"),
         (["train", "--env", "herl/BitFlipping-v0", "--set", "learnin_rate=1e-3"], "did you mean learning_rate"),
         (["train", "--env", "herl/BitFlipping-v0", "--set", "env.n_bit=3"], "its constructor takes: n_bits"),
-        (["train", "--env", "herl/PointReach-v0", "--algo", "dqn"], "use --algo sac, td3 or ddpg"),
+        (["train", "--env", "herl/PointReach-v0", "--algo", "dqn"], "use --algo sac, tqc, crossq, td3 or ddpg"),
         (["train", "--env", "herl/BitFlipping-v0", "--her", "futur:4"], "future, final, episode, random"),
         (["train", "--env", "herl/BitFlipping-v0", "--set", "her.strategy=futur"], "unknown HER strategy"),
         (["train", "--timesteps", "10"], "--env ID"),

@@ -9,6 +9,9 @@ from herl import HerReplayBuffer
 from herl.compat.rllte import DictReplayBatch, HerReplayStorage
 from herl.envs import BitFlippingEnv
 
+# synthetic transitions: their rewards are not what the reward function gives, on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::herl.envs.checks.GoalEnvWarning")
+
 # A counting world: step t of episode e observes [t, e] and achieves goal t; the desired goal, -1,
 # is never achieved, so relabeled transitions are recognisable and their goal tells its step.
 BOX = spaces.Box(-np.inf, np.inf, (1,), np.float32)
@@ -107,11 +110,20 @@ def test_reward_fn_is_required_with_a_clear_error(reward):
     if reward is None:
         with pytest.raises(ValueError, match="needs reward_fn"):
             HerReplayStorage(OBS_SPACE, BOX)
-    else:  # rllte's default, an identity
-        with pytest.raises(ValueError, match="compute_reward"):
+    else:  # rllte's default, an identity; the error names the user's argument, not the engine's compute_reward
+        with pytest.raises(ValueError, match="reward_fn failed on a batch of 2 goals") as caught:
             HerReplayStorage(OBS_SPACE, BOX, reward_fn=lambda x: x)
+        assert "compute_reward" not in str(caught.value)
     with pytest.raises(TypeError, match="reward_fn must be"):
         HerReplayStorage(OBS_SPACE, BOX, reward_fn=3)
+
+
+def test_a_reward_fn_that_is_not_vectorized_is_named_when_first_called_at_add():
+    """With copy_info_dict the info entries are known at the first add, where the reward function is probed."""
+    storage = make(copy_info_dict=True, reward_fn=lambda achieved_goal, desired_goal, info: -1.0)
+    with pytest.raises(ValueError, match="reward_fn returned shape") as caught:
+        add_episode(storage, 3, infos={"distance": np.ones(1)})
+    assert "compute_reward" not in str(caught.value)
 
 
 def test_flat_observations_and_unknown_strategies_are_refused():

@@ -1,10 +1,12 @@
 """Off-policy algorithms: each file holds one algorithm's networks, losses and update."""
 
+from herl.algorithms.crossq import CrossQ, CrossQConfig
 from herl.algorithms.ddpg import DDPG, DDPGConfig
 from herl.algorithms.dqn import DQN, DQNConfig
 from herl.algorithms.sac import SAC, SACConfig
 from herl.algorithms.td3 import TD3, TD3Config
+from herl.algorithms.tqc import TQC, TQCConfig
 
-ALGORITHMS = {cls.__name__: cls for cls in (DQN, DDPG, TD3, SAC)}
+ALGORITHMS = {cls.__name__: cls for cls in (DQN, DDPG, TD3, SAC, TQC, CrossQ)}
 
-__all__ = ["ALGORITHMS", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "SAC", "SACConfig", "TD3", "TD3Config"]
+__all__ = ["ALGORITHMS", "CrossQ", "CrossQConfig", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "SAC", "SACConfig", "TD3", "TD3Config", "TQC", "TQCConfig"]

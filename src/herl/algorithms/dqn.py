@@ -92,6 +92,11 @@ class DQN(OffPolicyAlgorithm):
         self.exploration_rate = cfg.exploration_initial_eps + fraction * (cfg.exploration_final_eps - cfg.exploration_initial_eps)
         return super()._collect_actions(obs)
 
+    @torch.no_grad()
+    def q_estimates(self, batch: Any) -> torch.Tensor:
+        x = self.encoder.normalize(self.encoder.flatten(batch.observations))
+        return self.q_net(x).gather(1, batch.actions.long().reshape(-1, 1)).reshape(-1)
+
     def _update(self, batch: Any) -> None:
         cfg = self.config
         n = batch.rewards.shape[0]
@@ -105,7 +110,11 @@ class DQN(OffPolicyAlgorithm):
                 next_q = next_q_target.amax(dim=1, keepdim=True)
             target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_q, value=cfg.gamma))
         q = q_all[:n].gather(1, batch.actions.long())
-        loss = nn.functional.smooth_l1_loss(q, target)
+        if batch.weights is None:
+            loss = nn.functional.smooth_l1_loss(q, target)
+        else:  # prioritized replay (Schaul et al. 2015): importance weights, and |TD error| as the new priorities
+            loss = (batch.weights * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
+            self.replay_buffer.update_priorities(batch.indexes, (q - target).detach())
         optimizer = self.optimizers["optimizer"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

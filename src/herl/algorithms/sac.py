@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
-from herl.errors import POSITIVE_INT, ConfigError, Rule, number
+from herl.errors import POSITIVE_INT, PROBABILITY, ConfigError, Rule, number
 from herl.nn.mlp import EnsembleMLP
 from herl.nn.policies import SquashedGaussianActor
 from herl.training.base import OffPolicyAlgorithm
@@ -35,9 +36,13 @@ class SACConfig(OffPolicyConfig):
     """Entropy the learned alpha aims for; ``"auto"``: minus the action dimension."""
     target_update_interval: int = 1
     """Gradient steps between target-critic updates."""
+    random_action_prob: float = 0.0
+    """Probability that an exploration step takes a uniformly random action instead of the policy's sample
+    (SB2's ``random_exploration``, "useful when using HER")."""
 
     field_rules: ClassVar[Mapping[str, Rule | None]] = {
         "target_update_interval": POSITIVE_INT,
+        "random_action_prob": PROBABILITY,
         "ent_coef": None,  # checked below: a number or a string
         "target_entropy": None,
     }
@@ -67,20 +72,29 @@ class SAC(OffPolicyAlgorithm):
 
     config_class = SACConfig
 
+    @property
+    def critic_outputs(self) -> int:
+        """Outputs of each critic: one Q-value (TQC: its quantiles)."""
+        return 1
+
     def _build(self, generator: torch.Generator) -> None:
-        cfg, arch = self.config, self.policy_config
+        arch = self.policy_config
         self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
                                            generator=generator)
-        self.critic = EnsembleMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics,
-                                  activation=arch.activation, generator=generator)
+        self.critic = EnsembleMLP(self.obs_dim + self.action_dim, self.critic_outputs, arch.critic_arch,
+                                  n_members=arch.n_critics, activation=arch.activation, generator=generator)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self._build_entropy_coefficient()
+        self.nets.update({"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
+                          "ent_coef": nn.ParameterDict({"log_ent_coef": self.log_ent_coef})})
+
+    def _build_entropy_coefficient(self) -> None:
+        cfg = self.config
         self.learn_ent_coef = isinstance(cfg.ent_coef, str)
         initial = float(cfg.ent_coef.split("_")[1]) if self.learn_ent_coef and "_" in cfg.ent_coef else 1.0
         initial = initial if self.learn_ent_coef else float(cfg.ent_coef)
         self.log_ent_coef = nn.Parameter(torch.tensor(math.log(initial)), requires_grad=self.learn_ent_coef)
         self.target_entropy = -float(self.action_dim) if cfg.target_entropy == "auto" else float(cfg.target_entropy)
-        self.nets.update({"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
-                          "ent_coef": nn.ParameterDict({"log_ent_coef": self.log_ent_coef})})
 
     def _make_optimizers(self) -> None:
         params = [*self.critic.parameters(), *self.actor.parameters()]
@@ -92,6 +106,9 @@ class SAC(OffPolicyAlgorithm):
         noise = None if deterministic else torch.randn(x.shape[0], self.action_dim, generator=self.torch_rng, device=x.device)
         return self.actor(x, noise)[0]
 
+    def _collect_actions(self, obs: Any) -> np.ndarray:
+        return self._mix_random_actions(super()._collect_actions(obs), self.config.random_action_prob)
+
     def _update(self, batch: Any) -> None:
         n = batch.rewards.shape[0]
         xx = self.encode_batch(batch)
@@ -99,14 +116,8 @@ class SAC(OffPolicyAlgorithm):
         noise = torch.randn(2 * n, self.action_dim, generator=self.torch_rng, device=xx.device)
         actions, log_prob = self.actor(xx, noise)
         ent_coef = self.log_ent_coef.detach().exp()
-        with torch.no_grad():
-            next_q = self.critic_target(torch.cat([next_x, actions[n:]], dim=1)).amin(0)
-            next_v = torch.addcmul(next_q, ent_coef, log_prob[n:], value=-1.0)
-            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_v, value=self.config.gamma))
-        q = self.critic(torch.cat([x, batch.actions], dim=1))
-        critic_loss = 0.5 * (q - target).square().mean(dim=(1, 2)).sum()
-        q_pi = self.critic(torch.cat([x, actions[:n]], dim=1), detach_params=True).amin(0)
-        actor_loss = (ent_coef * log_prob[:n] - q_pi).mean()
+        critic_loss = self._critic_loss(x, next_x, batch, actions[n:], log_prob[n:], ent_coef)
+        actor_loss = (ent_coef * log_prob[:n] - self._policy_value(x, actions[:n])).mean()
         loss = critic_loss + actor_loss
         if self.learn_ent_coef:
             ent_coef_loss = -(self.log_ent_coef * (log_prob[:n].detach() + self.target_entropy)).mean()
@@ -118,3 +129,17 @@ class SAC(OffPolicyAlgorithm):
         if (self._n_updates + 1) % self.config.target_update_interval == 0:
             self.soft_update(self.critic_target, self.critic, self.config.tau)
         self._train_info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "ent_coef": ent_coef}
+
+    def _critic_loss(self, x: torch.Tensor, next_x: torch.Tensor, batch: Any, next_actions: torch.Tensor,
+                     next_log_prob: torch.Tensor, ent_coef: torch.Tensor) -> torch.Tensor:
+        """The critics' TD loss, against the soft target of the clipped double Q."""
+        with torch.no_grad():
+            next_q = self.critic_target(torch.cat([next_x, next_actions], dim=1)).amin(0)
+            next_v = torch.addcmul(next_q, ent_coef, next_log_prob, value=-1.0)
+            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_v, value=self.config.gamma))
+        q = self.critic(torch.cat([x, batch.actions], dim=1))
+        return 0.5 * (q - target).square().mean(dim=(1, 2)).sum()
+
+    def _policy_value(self, x: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The value ``(batch, 1)`` the actor maximizes, through the critics with their weights held constant."""
+        return self.critic(torch.cat([x, actions], dim=1), detach_params=True).amin(0)

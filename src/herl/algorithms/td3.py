@@ -40,6 +40,10 @@ class TD3Config(OffPolicyConfig):
     random_action_prob: float = 0.0
     """Probability that an exploration step takes a uniformly random action instead of the noisy
     policy's (OpenAI baselines' HER DDPG uses 0.3); ``learning_starts`` steps are random anyway."""
+    actor_learning_rate: float | None = None
+    """The actor's step size, when it differs from ``learning_rate`` (SB2's DDPG: ``actor_lr=1e-4``)."""
+    critic_learning_rate: float | None = None
+    """The critics' step size, when it differs from ``learning_rate`` (SB2's DDPG: ``critic_lr=1e-3``)."""
 
     field_rules: ClassVar[Mapping[str, Rule | None]] = {
         "policy_delay": POSITIVE_INT,
@@ -47,6 +51,8 @@ class TD3Config(OffPolicyConfig):
         "target_noise_clip": number(0.0),
         "action_l2": number(0.0),
         "random_action_prob": PROBABILITY,
+        "actor_learning_rate": number(0.0, low_open=True, also=(None,), note="None: learning_rate"),
+        "critic_learning_rate": number(0.0, low_open=True, also=(None,), note="None: learning_rate"),
     }
 
 
@@ -68,19 +74,22 @@ class TD3(OffPolicyAlgorithm):
                           "critic_target": self.critic_target})
 
     def _make_optimizers(self) -> None:
-        self.optimizers["optimizer"] = self.adam([*self.critic.parameters(), *self.actor.parameters()])
+        cfg = self.config
+        critic, actor = list(self.critic.parameters()), list(self.actor.parameters())
+        if cfg.actor_learning_rate is None and cfg.critic_learning_rate is None:
+            self.optimizers["optimizer"] = self.adam(critic + actor)
+            return
+        # still one Adam step for both (see the module docstring), with a step size per parameter group
+        self.optimizers["optimizer"] = self.adam([
+            {"params": critic, "lr": cfg.critic_learning_rate or cfg.learning_rate},
+            {"params": actor, "lr": cfg.actor_learning_rate or cfg.learning_rate},
+        ])
 
     def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
         return self.actor(x)  # exploration noise is the loop's action_noise
 
     def _collect_actions(self, obs: Any) -> np.ndarray:
-        actions = super()._collect_actions(obs)
-        p = self.config.random_action_prob
-        if p and self.num_timesteps >= self.config.learning_starts:
-            pick = self.rng.random(len(actions)) < p
-            if pick.any():
-                actions[pick] = self._random_actions(int(pick.sum()))
-        return actions
+        return self._mix_random_actions(super()._collect_actions(obs), self.config.random_action_prob)
 
     def _update(self, batch: Any) -> None:
         cfg = self.config

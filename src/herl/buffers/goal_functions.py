@@ -69,6 +69,11 @@ def _unwrap_gym_env(env: Any) -> Any:
     return env
 
 
+def is_remote_goal_env(env: Any) -> bool:
+    """Whether ``env``'s goal functions run in another process (an SB3 SubprocVecEnv's first worker)."""
+    return isinstance(_unwrap_gym_env(env), _VecEnvMethods)
+
+
 class _VecEnvMethods:
     """Calls a goal function in the first worker of an SB3 VecEnv."""
 
@@ -79,9 +84,11 @@ class _VecEnvMethods:
         return self._venv.env_method("compute_reward", achieved_goal, desired_goal, info, indices=[0])[0]
 
     def compute_terminated(self, achieved_goal, desired_goal, info):
-        if not self._venv.has_attr("compute_terminated"):
-            raise AttributeError("compute_terminated")
         return self._venv.env_method("compute_terminated", achieved_goal, desired_goal, info, indices=[0])[0]
+
+    def has(self, name: str) -> bool:
+        """Whether the workers' env has ``name`` (asked once, when the function is looked up)."""
+        return bool(self._venv.has_attr(name))
 
 
 def env_goal_function(env: Any, name: str) -> GoalFunction | None:
@@ -89,6 +96,8 @@ def env_goal_function(env: Any, name: str) -> GoalFunction | None:
     if env is None:
         return None
     target = _unwrap_gym_env(env)
+    if isinstance(target, _VecEnvMethods) and not target.has(name):
+        return None
     getter = getattr(target, "get_wrapper_attr", None)
     try:
         fn = getter(name) if getter is not None else getattr(target, name)

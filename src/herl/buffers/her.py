@@ -19,7 +19,13 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from herl.buffers.goal_functions import bind_goal_function, env_goal_function, goal_function_values, probe_vectorized
+from herl.buffers.goal_functions import (
+    bind_goal_function,
+    env_goal_function,
+    goal_function_values,
+    is_remote_goal_env,
+    probe_vectorized,
+)
 from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer, _file_errors
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
@@ -79,6 +85,8 @@ class HerReplayBuffer(ReplayBuffer):
             goal)``): any of "action", "observation" and "next_observation" (and "next_<key>" /
             "<key>" for other observation keys). Gathered at relabeling time, never stored twice.
         seed: seed of the buffer's generator.
+        wrapped_env: SB3 < 1.6's name of ``env``, accepted as it.
+        env_info: a name of older SB3 docs; only None is accepted (pass ``env=``).
 
     Sampling from an episode that is still running is allowed: its goals come from the part that is
     stored (all of them real achieved goals of that episode), so training can start before the first
@@ -114,8 +122,11 @@ class HerReplayBuffer(ReplayBuffer):
         beta: float = 0.4,
         priority_eps: float = 1e-6,
         storage_device: torch.device | str | None = None,
+        wrapped_env: Any = None,
+        env_info: Mapping[str, Any] | None = None,
         check_finite: bool = True,
     ) -> None:
+        env = _sb3_1x_arguments(buffer_size, env, wrapped_env, env_info)
         check_goal_space(observation_space)
         if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
             raise ValueError(f"n_sampled_goal must be an integer >= 0 (0 turns relabeling off), got {n_sampled_goal!r}")
@@ -163,10 +174,12 @@ class HerReplayBuffer(ReplayBuffer):
         self._stores_infos = self.copy_info_dict
         if not self.online_sampling:
             self._on_episode_end = self._relabel_ended_episodes
+        if self._compute_reward is not None:  # once, at the first episode's end (then the hook is as before)
+            self._on_episode_end = self._check_first_episode
         self._probe_done = False
         self._warned_small_store = False
         if not self.copy_info_dict:  # with info entries, probe once their shapes are known (first add)
-            self._probe()
+            self._probe(at_construction=True)
 
     # ------------------------------------------------------------------ goal functions
     def _bind_goal_functions(self, env: Any, compute_reward: Callable | None, compute_terminated: Callable | None) -> None:
@@ -180,15 +193,29 @@ class HerReplayBuffer(ReplayBuffer):
         self._compute_reward = bind_goal_function(reward_fn) if reward_fn is not None else None
         self._compute_terminated = bind_goal_function(terminated_fn) if terminated_fn is not None else None
 
-    def _probe(self) -> None:
-        """Check once that the goal functions are vectorized (SB3 users hit an opaque shape error)."""
+    def _probe(self, *, at_construction: bool = False) -> None:
+        """Check once that the goal functions are vectorized (SB3 users hit an opaque shape error).
+
+        An env's functions may need the env to have been reset (SB3's bit flipping env with image
+        observations does), and SB3 first calls them when sampling: at construction, a call that fails
+        on an env's function, or any call into a SubprocVecEnv's worker (which dies when it raises),
+        waits for the first use instead (the first episode's end or the first sample).
+        """
         if self._probe_done or self._compute_reward is None:
+            return
+        from_env = self.env is not None and (self._user_compute_reward is None or self._user_compute_terminated is None)
+        if at_construction and from_env and is_remote_goal_env(self.env):
             return
         goal = self.observation_space["achieved_goal"]
         info = self._probe_info()
-        probe_vectorized(self._compute_reward, goal.shape, goal.dtype, info, what="compute_reward")
-        if self._compute_terminated is not None:
-            probe_vectorized(self._compute_terminated, goal.shape, goal.dtype, info, what="compute_terminated")
+        try:
+            probe_vectorized(self._compute_reward, goal.shape, goal.dtype, info, what="compute_reward")
+            if self._compute_terminated is not None:
+                probe_vectorized(self._compute_terminated, goal.shape, goal.dtype, info, what="compute_terminated")
+        except ValueError as err:
+            if at_construction and from_env and err.__cause__ is not None:  # the call failed: retry at first use
+                return
+            raise
         self._probe_done = True
 
     def _probe_info(self) -> dict[str, np.ndarray]:
@@ -204,7 +231,7 @@ class HerReplayBuffer(ReplayBuffer):
         self.env = env
         self._bind_goal_functions(env, self._user_compute_reward, self._user_compute_terminated)
         self._probe_done = False
-        self._probe()
+        self._probe(at_construction=True)
 
     # ------------------------------------------------------------------ info entries
     def _transition_specs(self) -> dict[str, FieldSpec]:
@@ -243,12 +270,46 @@ class HerReplayBuffer(ReplayBuffer):
             for env_idx in envs:
                 self._relabel_episode(env_idx)
 
-    def _relabel_episode(self, env_idx: int) -> None:
-        """Offline HER: store the episode ``env_idx`` just ended once as it happened and k times relabeled."""
+    def _last_episode(self, env_idx: int) -> np.ndarray:
+        """Flat indices of the transitions of the episode ``env_idx`` just ended, in order."""
         stage = self.storage
         last = (stage.pos[env_idx] - 1) % stage.rows
         start, length = int(stage.ep_start[last, env_idx]), int(stage.ep_len[last, env_idx])
-        flat = stage.flat_index(np.arange(start, start + length), np.full(length, env_idx))
+        return stage.flat_index(np.arange(start, start + length), np.full(length, env_idx))
+
+    def _check_first_episode(self) -> None:
+        """Warn if ``compute_reward``, given the first ended episode's goals, disagrees with the rewards its steps gave.
+
+        Relabeling recomputes rewards with it, so a mismatch trains on wrong rewards without an error (SB3's docs'
+        own custom env returns 0/-1 from step and 1/0 from compute_reward). This is the cheap part of
+        ``herl check-env``, on data the buffer already holds: no env is stepped.
+        """
+        self._on_episode_end = None if self.online_sampling else self._relabel_ended_episodes
+        self._probe()
+        flat = self._last_episode(int(np.flatnonzero(self.storage.open_start < 0)[0]))
+        rows = GatheredRows(self.storage, flat)
+        achieved, desired = to_numpy(rows.next_state("achieved_goal")), to_numpy(rows.state("desired_goal"))
+        recomputed = goal_function_values(self._compute_reward(achieved, desired, self._reward_info(rows, slice(None))),
+                                          len(flat), "compute_reward")
+        stored = to_numpy(rows.transition("reward"))
+        wrong = np.flatnonzero(~np.isclose(recomputed, stored, atol=1e-5))
+        if len(wrong):
+            from herl.envs.checks import GoalEnvWarning, reward_mismatch_message
+
+            t = int(wrong[0])
+            where = f"on the first episode stored (at its step {t}; {len(wrong)} of its {len(flat)} steps disagree)"
+            hint = "" if self.copy_info_dict else "; if the reward needs info entries, pass copy_info_dict=True"
+            warnings.warn(reward_mismatch_message(where, float(stored[t]), float(recomputed[t])) + hint +
+                          ". HER relabels with compute_reward, so it would train on rewards the env never gives "
+                          "(`herl check-env` runs the full check)", GoalEnvWarning, stacklevel=3)
+        if self._on_episode_end is not None:
+            self._on_episode_end()
+
+    def _relabel_episode(self, env_idx: int) -> None:
+        """Offline HER: store the episode ``env_idx`` just ended once as it happened and k times relabeled."""
+        stage = self.storage
+        flat = self._last_episode(env_idx)
+        length = len(flat)
         if self.n_sampled_goal * length >= self.relabeled.rows and not self._warned_small_store:
             self._warned_small_store = True
             warnings.warn(
@@ -282,18 +343,13 @@ class HerReplayBuffer(ReplayBuffer):
 
     def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: slice, batch: GatheredRows) -> None:
         """Give ``rows`` of ``batch`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
+        if not self._probe_done:
+            self._probe()
         goals = self._sample_goals(storage, flat)
         batch.state("desired_goal")[rows] = goals
         batch.next_state("desired_goal")[rows] = goals
         achieved = batch.next_state("achieved_goal")[rows]
-        info = {name[len(INFO_PREFIX):]: to_numpy(batch.transition(name)[rows]) for name in self._info_specs}
-        for name in self.reward_context:
-            if name == "action":
-                info[name] = to_numpy(batch.transition("action")[rows])
-            elif name.startswith("next_"):
-                info[name] = to_numpy(batch.next_state(name[len("next_"):])[rows])
-            else:
-                info[name] = to_numpy(batch.state(name)[rows])
+        info = self._reward_info(batch, rows)
         # one call per batch, goals by keyword (see goal_functions.bind_goal_function); reward
         # functions get NumPy arrays whatever the storage device
         achieved, goals = to_numpy(achieved), to_numpy(goals)
@@ -305,6 +361,18 @@ class HerReplayBuffer(ReplayBuffer):
             done = goal_function_values(self._compute_terminated(achieved, goals, info), n, "compute_terminated")
             terminated = batch.transition("terminated")
             terminated[rows] = done if isinstance(terminated, np.ndarray) else torch.from_numpy(done).to(terminated.device)
+
+    def _reward_info(self, batch: GatheredRows, rows: slice) -> dict[str, np.ndarray]:
+        """The ``info`` that ``compute_reward`` gets for ``rows`` of ``batch``: stored info entries and reward context."""
+        info = {name[len(INFO_PREFIX):]: to_numpy(batch.transition(name)[rows]) for name in self._info_specs}
+        for name in self.reward_context:
+            if name == "action":
+                info[name] = to_numpy(batch.transition("action")[rows])
+            elif name.startswith("next_"):
+                info[name] = to_numpy(batch.next_state(name[len("next_"):])[rows])
+            else:
+                info[name] = to_numpy(batch.state(name)[rows])
+        return info
 
     def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
         """Achieved goals to relabel the transitions at ``flat`` with (copies, never views of storage)."""
@@ -401,8 +469,33 @@ class HerReplayBuffer(ReplayBuffer):
                 "relabeled": (max(config.get("buffer_size", 1), 1), 1)}
 
 
+def _sb3_1x_arguments(buffer_size: Any, env: Any, wrapped_env: Any, env_info: Any) -> Any:
+    """The goal env, from SB3 2.x's ``env`` or SB3 1.x's ``wrapped_env``; SB3 1.x's call shapes get a message that
+    says what changed (SB3 1.6 made the buffer take ``(buffer_size, observation_space, action_space, env=...)``)."""
+    if not isinstance(buffer_size, (int, float, np.integer, np.floating)):
+        raise TypeError(
+            f"HerReplayBuffer's first argument is buffer_size, got {type(buffer_size).__name__}: since SB3 1.6 it is "
+            "HerReplayBuffer(buffer_size, observation_space, action_space, env=goal_env, ...)"
+        )
+    if isinstance(env, Mapping) or env_info is not None:
+        raise TypeError(
+            "env_info is not an argument of HerReplayBuffer (the 4th argument is env since SB3 1.6): pass env=goal_env, "
+            "whose compute_reward relabels the goals"
+        )
+    if wrapped_env is not None:
+        if env is not None and env is not wrapped_env:
+            raise ValueError("pass the goal env once: env= (wrapped_env= is its name before SB3 1.6)")
+        return wrapped_env
+    return env
+
+
 def _time_limit(env: Any) -> int | None:
     spec = getattr(env, "spec", None)
+    if spec is None and hasattr(env, "get_attr") and hasattr(env, "env_method"):  # an SB3 VecEnv: its first env's
+        try:
+            spec = env.get_attr("spec", indices=[0])[0]
+        except AttributeError:
+            spec = None
     steps = getattr(spec, "max_episode_steps", None)
     return int(steps) if steps else None
 

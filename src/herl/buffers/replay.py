@@ -26,6 +26,9 @@ _NON_REWARD_INFO_KEYS = frozenset({"TimeLimit.truncated", "terminal_observation"
                                    "final_info", "episode", "_episode"})
 
 
+_BOOL = np.dtype(bool)  # numpy's dtype objects of built-in types are singletons: `is` compares them
+
+
 def _either(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     """Logical or of two 0/1 float flag arrays."""
     return torch.maximum(a, b) if isinstance(a, torch.Tensor) else np.maximum(a, b)
@@ -290,7 +293,11 @@ class ReplayBuffer:
         """Hook for subclasses that store info keys (HER with ``copy_info_dict``)."""
 
     def _flags(self, value: Any, name: str) -> np.ndarray:
-        if type(value) is np.ndarray and value.shape == self._batch_shape:
+        """Termination flags as a bool array; SB3 accepts any dtype (float arrays, ints, lists, tensors).
+
+        The fast path must check the dtype too: a float ``done`` passed through unconverted breaks
+        ``done & ~truncated`` (issue 9)."""
+        if type(value) is np.ndarray and value.dtype is _BOOL and value.shape == self._batch_shape:
             return value
         return self._reshape(to_numpy(value), (), name).astype(bool, copy=False)
 
@@ -405,6 +412,13 @@ class ReplayBuffer:
     def _prioritized_storage(self) -> EpisodeStorage:
         return self.storage
 
+    def max_priority(self) -> float:
+        """The highest priority given so far (1.0 before any update), which new transitions get."""
+        if not self.prioritized:
+            raise ValueError("max_priority needs a prioritized buffer: construct it with prioritized=True")
+        tree = self._prioritized_storage().priorities
+        return 1.0 if tree is None else float(tree.max_priority)
+
     def _to_samples(self, rows: GatheredRows, *, env: Any = None):
         if env is not None and (hasattr(env, "normalize_obs") or hasattr(env, "normalize_reward")):
             obs, next_obs, fields = rows.fields()
@@ -432,8 +446,7 @@ class ReplayBuffer:
     def _normalized_samples(self, obs, actions, next_obs, terminated, truncated, rewards, *, env: Any):
         """Samples through an SB3 ``VecNormalize`` (anything with ``normalize_obs`` / ``normalize_reward``)."""
         if hasattr(env, "normalize_obs"):
-            obs = env.normalize_obs({k: to_numpy(v) for k, v in obs.items()})
-            next_obs = env.normalize_obs({k: to_numpy(v) for k, v in next_obs.items()})
+            obs, next_obs = self._normalized_obs(env, obs), self._normalized_obs(env, next_obs)
         if hasattr(env, "normalize_reward"):
             rewards = env.normalize_reward(to_numpy(rewards))
         dones = terminated if self.handle_timeout_termination else _either(terminated, truncated)
@@ -444,6 +457,11 @@ class ReplayBuffer:
             next_observations = {k: tensor(v) for k, v in next_obs.items()}
             return DictReplayBufferSamples(observations, tensor(actions), next_observations, dones, rewards)
         return ReplayBufferSamples(tensor(obs["obs"]), tensor(actions), tensor(next_obs["obs"]), dones, rewards)
+
+    def _normalized_obs(self, env: Any, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        if self._dict_obs:
+            return env.normalize_obs({k: to_numpy(v) for k, v in obs.items()})
+        return {"obs": env.normalize_obs(to_numpy(obs["obs"]))}  # a flat space: VecNormalize takes the array
 
     def _to_torch(self, array: np.ndarray | torch.Tensor) -> torch.Tensor:
         if self._cpu_numpy and type(array) is np.ndarray:  # the common case, in the sampling hot path

@@ -15,6 +15,7 @@ replay is the engine's sum tree.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from gymnasium import spaces
 
 from herl.buffers import HerReplayBuffer
 from herl.buffers.goal_functions import goal_function_values
+from herl.buffers.storage import GatheredRows
 from herl.errors import NON_NEGATIVE_INT, NonFiniteError, as_integer
 
 # Engine observation keys for extra env_dict entries (e.g. "done"): prefixed so that a user's key
@@ -114,9 +116,15 @@ class HindsightReplayBuffer:
         default_dtype = np.dtype(kwargs.pop("default_dtype", None) or np.float32)
         per = {key: float(kwargs.pop(key, default)) for key, default in _PER_DEFAULTS.items()}
         if kwargs:
+            # cpprb ignores unknown names, so a typo silently keeps the default (cpprb's own HER test passes
+            # "additonal_goals=1" and gets 4); herl names it and the closest known argument
+            known = ["goal_func", "goal_shape", "state", "action", "next_state", "strategy", "additional_goals",
+                     "prioritized", "seed", "default_dtype", *_PER_DEFAULTS, *_REJECTED]
+            hints = [f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+                     for name in sorted(kwargs) for close in [difflib.get_close_matches(name, known, n=1)]]
             raise TypeError(
-                f"unexpected keyword argument(s) {sorted(kwargs)}: herl's HindsightReplayBuffer takes cpprb's "
-                f"alpha, eps and default_dtype (and seed)"
+                f"unexpected keyword argument(s) {', '.join(hints)}: herl's HindsightReplayBuffer takes cpprb's "
+                f"alpha, eps and default_dtype (and seed) besides its named arguments"
             )
         if per["eps"] <= 0:
             raise ValueError(f"eps must be > 0 (a zero priority would never be drawn again), got {per['eps']}")
@@ -297,24 +305,57 @@ class HindsightReplayBuffer:
         if self.get_stored_size() == 0:
             raise ValueError("nothing is stored yet: transitions enter the buffer at on_episode_end(goal)")
         batch = self._engine.sample(batch_size, beta=beta) if self.prioritized else self._engine.sample(batch_size)
-        obs, next_obs = batch.observations, batch.next_observations
-        out = {}
-        for name in self.fields:
-            if name == self.state:
-                out[name] = obs["observation"].numpy()
-            elif name == self.next_state:
-                out[name] = next_obs["observation"].numpy()
-            elif name == self.action:
-                out[name] = batch.actions.numpy()
-            else:
-                out[name] = obs[_extra_key(name)].numpy()
-        rewards = batch.rewards.numpy()
-        out["rew"] = rewards if rewards.dtype == self.reward_dtype else rewards.astype(self.reward_dtype)
-        out["goal"] = obs["desired_goal"].numpy()
+        numpy = {k: v.numpy() for k, v in batch.observations.items()}
+        out = self._as_cpprb(numpy, batch.next_observations["observation"].numpy(), batch.actions.numpy(),
+                             batch.rewards.numpy())
         if self.prioritized:
             out["weights"] = batch.weights.numpy().reshape(-1)
             out["indexes"] = batch.indexes.astype(np.uint64)
         return out
+
+    def _as_cpprb(self, obs: dict[str, np.ndarray], next_states: np.ndarray, actions: np.ndarray,
+                  rewards: np.ndarray) -> dict[str, np.ndarray]:
+        """Engine rows as cpprb returns them: the env_dict fields, ``rew`` shaped (n, 1) and ``goal``."""
+        out = {}
+        for name in self.fields:
+            if name == self.state:
+                out[name] = obs["observation"]
+            elif name == self.next_state:
+                out[name] = next_states
+            elif name == self.action:
+                out[name] = actions
+            else:
+                out[name] = obs[_extra_key(name)]
+        out["rew"] = rewards.reshape(-1, 1).astype(self.reward_dtype, copy=False)
+        out["goal"] = obs["desired_goal"]
+        return out
+
+    def get_all_transitions(self, shuffle: bool = False) -> dict[str, np.ndarray]:
+        """Every stored transition (relabeled copies included, the running episode not), in storage order as
+        cpprb returns them, or shuffled: the same fields as :meth:`sample`, without ``weights``/``indexes``."""
+        store = self._engine.relabeled
+        rows = np.flatnonzero(store.is_transition[:, 0])
+        if shuffle:
+            rows = self._engine.rng.permutation(rows)
+        obs, next_obs, transitions = GatheredRows(store, rows).fields()
+        shapes = {name: self.fields[name][0] for name in self.fields}
+        obs = {k: v.reshape(len(rows), *self._obs_shape(k, shapes)) for k, v in obs.items()}
+        actions = transitions["action"].reshape(len(rows), *shapes[self.action])
+        next_states = next_obs["observation"].reshape(len(rows), *shapes[self.next_state])
+        return self._as_cpprb(obs, next_states, actions, transitions["reward"])
+
+    def _obs_shape(self, key: str, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+        if key == "observation":
+            return shapes[self.state]
+        if key in ("achieved_goal", "desired_goal"):
+            return self.goal_shape
+        return shapes[key[len(_EXTRA_PREFIX):]]
+
+    def get_max_priority(self) -> float:
+        """The highest priority given so far (1.0 before any update), which newly stored transitions get."""
+        if not self.prioritized:
+            raise ValueError("get_max_priority needs prioritization: construct the buffer with prioritized=True")
+        return self._engine.max_priority()
 
     def update_priorities(self, indexes: Any, priorities: Any) -> None:
         """Set the priorities of sampled transitions (usually |TD error|): p = (|priority| + eps)^alpha."""

@@ -107,11 +107,14 @@ class HerReplayStorage:
         self.copy_info_dict = bool(copy_info_dict)
         self._keys = list(observation_space.spaces)
         stored_space = spaces.Dict({**observation_space.spaces, _TRUNCATED_KEY: spaces.Box(0, 1, (), bool)})
-        self._engine = HerReplayBuffer(
-            self.storage_size, stored_space, action_space, env=env, device=self.device, n_envs=self.num_envs,
-            n_sampled_goal=self.num_goals, goal_selection_strategy=goal_selection_strategy,
-            copy_info_dict=self.copy_info_dict, compute_reward=compute_reward, seed=seed, storage_device=storage_device,
-        )
+        try:
+            self._engine = HerReplayBuffer(
+                self.storage_size, stored_space, action_space, env=env, device=self.device, n_envs=self.num_envs,
+                n_sampled_goal=self.num_goals, goal_selection_strategy=goal_selection_strategy,
+                copy_info_dict=self.copy_info_dict, compute_reward=compute_reward, seed=seed, storage_device=storage_device,
+            )
+        except ValueError as err:
+            raise _in_rllte_words(err) from err
         # a device-resident engine takes tensors as they are; otherwise they come to the host here
         self._convert = _numpy if storage_device is None else _as_is
 
@@ -143,15 +146,21 @@ class HerReplayStorage:
         obs = {key: convert(observations[key]) for key in self._keys}
         next_obs = {key: convert(next_observations[key]) for key in self._keys}
         obs[_TRUNCATED_KEY] = next_obs[_TRUNCATED_KEY] = truncated
-        self._engine.add(
-            obs, next_obs, convert(actions), convert(rewards), terminated=_numpy(terminateds).astype(bool),
-            truncated=truncated, infos=infos if infos is not None else {},
-        )
+        try:  # with copy_info_dict, the reward function is first called here (once the info entries are known)
+            self._engine.add(
+                obs, next_obs, convert(actions), convert(rewards), terminated=_numpy(terminateds).astype(bool),
+                truncated=truncated, infos=infos if infos is not None else {},
+            )
+        except ValueError as err:
+            raise _in_rllte_words(err) from err
 
     def sample(self, step: int | None = None) -> DictReplayBatch:
         """``batch_size`` transitions, a fraction k/(k+1) with hindsight goals. ``step`` (rllte
         passes the global step) is accepted and unused."""
-        batch = self._engine.sample(self.batch_size)
+        try:  # a goal env's reward function may be first called here
+            batch = self._engine.sample(self.batch_size)
+        except ValueError as err:
+            raise _in_rllte_words(err) from err
         obs, next_obs = batch.observations, batch.next_observations
         return DictReplayBatch(
             observations={key: obs[key].float() for key in self._keys},
@@ -168,6 +177,11 @@ class HerReplayStorage:
     def reset(self) -> None:
         """Forget everything stored."""
         self._engine.reset()
+
+
+def _in_rllte_words(err: ValueError) -> ValueError:
+    """The engine's errors name its ``compute_reward``; this interface's user passed ``reward_fn``."""
+    return ValueError(str(err).replace("compute_reward", "reward_fn")) if "compute_reward" in str(err) else err
 
 
 def _reward_source(reward_fn: Any) -> tuple[Any, Callable | None]:

@@ -10,6 +10,8 @@ gymnasium's five-tuple step API.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 import os
 from collections import OrderedDict
@@ -130,12 +132,124 @@ class HindsightExperienceReplayWrapper:
         return obs, batch.actions.numpy(), batch.rewards.numpy().ravel(), next_obs, batch.dones.numpy().ravel()
 
 
+# Stable-Baselines 2.10's defaults for each model class (the signatures in its docs), in herl's names. Under HER
+# they replace SB3's, so that an SB2 script learns as it did: SB3's DQN updates its target network every 10,000
+# steps, SB2's every 500, and the SB2 HER page's bit-flipping example learns many times slower with the former.
+SB2_DEFAULTS: dict[str, dict[str, Any]] = {
+    "DQN": dict(learning_rate=5e-4, buffer_size=50_000, learning_starts=1000, batch_size=32, train_freq=1,
+                target_update_interval=500, exploration_fraction=0.1, exploration_initial_eps=1.0,
+                exploration_final_eps=0.02, double_q=True, gamma=0.99),
+    "SAC": dict(learning_rate=3e-4, buffer_size=50_000, learning_starts=100, batch_size=64, train_freq=1,
+                gradient_steps=1, tau=0.005, gamma=0.99),
+    "TD3": dict(learning_rate=3e-4, buffer_size=50_000, learning_starts=100, batch_size=128, train_freq=100,
+                gradient_steps=100, tau=0.005, gamma=0.99),
+    # SB2's DDPG collects nb_rollout_steps=100 steps, then takes nb_train_steps=50 gradient steps, from the start
+    "DDPG": dict(actor_learning_rate=1e-4, critic_learning_rate=1e-3, buffer_size=50_000, learning_starts=0,
+                 batch_size=128, train_freq=100, gradient_steps=50, tau=0.001, gamma=0.99),
+}
+SB2_LAYERS = [64, 64]  # SB2's MlpPolicy for DQN, DDPG, SAC and TD3
+
+# SB2's keyword -> herl's (model hyperparameter, or "buffer:<name>" for the replay buffer), per model class
+_SB2_RENAMES: dict[str, dict[str, str]] = {
+    "DQN": {"target_network_update_freq": "target_update_interval", "prioritized_replay": "buffer:prioritized",
+            "prioritized_replay_alpha": "buffer:alpha", "prioritized_replay_beta0": "buffer:beta",
+            "prioritized_replay_eps": "buffer:priority_eps"},
+    "SAC": {"random_exploration": "random_action_prob"},
+    "TD3": {"random_exploration": "random_action_prob"},
+    "DDPG": {"random_exploration": "random_action_prob", "actor_lr": "actor_learning_rate",
+             "critic_lr": "critic_learning_rate", "nb_train_steps": "gradient_steps", "nb_rollout_steps": "train_freq",
+             "memory_limit": "buffer_size", "observation_range": "clip_observations", "return_range": "clip_target"},
+}
+# SB2 keywords herl takes only at the value that means "off" (SB2's default), with why
+_SB2_OFF_ONLY: dict[str, tuple[tuple[Any, ...], str]] = {
+    "param_noise": ((None, False), "parameter-space noise is not implemented: use action_noise or random_exploration"),
+    "prioritized_replay_beta_iters": ((None,), "beta stays at prioritized_replay_beta0 (set buffer.beta to anneal it)"),
+    "normalize_returns": ((False,), "return normalization (PopArt) is not implemented"),
+    "enable_popart": ((False,), "PopArt is not implemented"),
+    "critic_l2_reg": ((0, 0.0), "critic weight decay is not implemented"),
+    "clip_norm": ((None,), "gradient clipping of DDPG is not implemented"),
+    "reward_scale": ((1, 1.0), "reward scaling is not implemented: scale the env's rewards and compute_reward alike"),
+    "memory_policy": ((None,), "herl's replay buffer is a HerReplayBuffer under HER"),
+    "eval_env": ((None,), "evaluate with herl.EvalCallback(eval_env, ...) passed to learn(callback=...)"),
+    "render": ((False,), "render the env in a callback"),
+    "render_eval": ((False,), "render the env in a callback"),
+}
+# SB2 keywords with nothing to do in herl (TensorFlow sessions and graphs, evaluation steps of DDPG's own loop)
+_SB2_IGNORED = frozenset({"_init_setup_model", "full_tensorboard_log", "n_cpu_tf_sess", "nb_eval_steps",
+                          "param_noise_adaption_interval"})
+# keyword arguments of herl's model constructors besides hyperparameters
+_MODEL_ARGUMENTS = frozenset({"action_noise", "replay_buffer_kwargs", "policy_kwargs", "tensorboard_log", "verbose",
+                              "seed", "device", "n_envs", "online_sampling"})
+
+
+def sb2_kwargs(model_class: type, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SB2's keyword arguments of ``model_class`` under HER as herl's: ``(model kwargs, replay buffer kwargs)``.
+
+    SB2's defaults fill what is not given; SB2's names are renamed; anything unknown is a TypeError
+    that suggests the closest known name.
+    """
+    name = model_class.__name__
+    renames = _SB2_RENAMES.get(name, {})
+    hyperparameters = {f.name for f in dataclasses.fields(model_class.config_class)}
+    known = hyperparameters | _MODEL_ARGUMENTS | set(renames) | set(_SB2_OFF_ONLY) | _SB2_IGNORED
+    model_kwargs: dict[str, Any] = dict(SB2_DEFAULTS.get(name, {}))
+    buffer_kwargs: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f": did you mean {close[0]!r}?" if close else f"; {name} under HER takes {sorted(known)}"
+            raise TypeError(f"HER got an unknown argument {key!r} for {name}{hint}")
+        if key in _SB2_IGNORED:
+            continue
+        if key in _SB2_OFF_ONLY:
+            allowed, why = _SB2_OFF_ONLY[key]
+            if value not in allowed:
+                raise ValueError(f"{key}={value!r} is not supported by herl ({why}); leave it at {allowed[0]!r}")
+            continue
+        target = renames.get(key, key)
+        if target.startswith("buffer:"):
+            buffer_kwargs[target[len("buffer:"):]] = value
+        else:
+            model_kwargs[target] = _sb2_value(key, value)
+    model_kwargs["policy_kwargs"] = _sb2_policy_kwargs(model_kwargs.get("policy_kwargs"))
+    return model_kwargs, buffer_kwargs
+
+
+def _sb2_value(key: str, value: Any) -> Any:
+    """SB2's values in herl's form where they differ (ranges)."""
+    if key == "observation_range":  # SB2 clips normalized observations to (low, high)
+        low, high = value
+        if low != -high:
+            raise ValueError(f"observation_range={value!r}: herl clips normalized observations symmetrically, (-c, c)")
+        return float(high)
+    if key == "return_range":
+        low, high = value
+        return False if (low, high) == (-np.inf, np.inf) else (float(low), float(high))
+    return value
+
+
+def _sb2_policy_kwargs(policy_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """SB2's ``policy_kwargs=dict(layers=[...])`` as ``net_arch``; SB2's [64, 64] when no size is given."""
+    out = dict(policy_kwargs or {})
+    if "layers" in out:
+        if "net_arch" in out:
+            raise ValueError("policy_kwargs has both layers (SB2's name) and net_arch: give one")
+        out["net_arch"] = list(out.pop("layers"))
+    if "act_fun" in out:
+        raise ValueError("policy_kwargs act_fun is a TensorFlow function in SB2: use activation_fn=torch.nn.ReLU "
+                         "(or 'relu', 'tanh', ...)")
+    out.setdefault("net_arch", list(SB2_LAYERS))
+    return out
+
+
 class HER:
     """SB2's HER model wrapper: ``HER(policy, env, model_class, n_sampled_goal=4, goal_selection_strategy="future", **kwargs)``.
 
-    ``model_class`` is herl's DQN, DDPG, TD3 or SAC; other keyword arguments go to it. The model
-    learns with a :class:`~herl.HerReplayBuffer` (online relabeling by default; pass
-    ``online_sampling=False`` for SB2's relabel-at-episode-end).
+    ``model_class`` is herl's DQN, DDPG, TD3 or SAC; other keyword arguments go to it, with SB2's names
+    (``target_network_update_freq``, ``actor_lr``, ``random_exploration``, ``policy_kwargs=dict(layers=...)``, ...)
+    and SB2's defaults (:data:`SB2_DEFAULTS`; see docs/migrating.md for the table). The model learns with a
+    :class:`~herl.HerReplayBuffer` (online relabeling by default; pass ``online_sampling=False`` for SB2's
+    relabel-at-episode-end).
     """
 
     def __init__(self, policy: str, env: Any, model_class: type, n_sampled_goal: int = 4,
@@ -149,7 +263,9 @@ class HER:
         self.model_class = model_class
         self.n_sampled_goal = n_sampled_goal
         self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
-        buffer_kwargs = {"n_sampled_goal": n_sampled_goal, "goal_selection_strategy": self.goal_selection_strategy.name.lower()}
+        kwargs, sb2_buffer_kwargs = sb2_kwargs(model_class, kwargs)
+        buffer_kwargs = {"n_sampled_goal": n_sampled_goal,
+                         "goal_selection_strategy": self.goal_selection_strategy.name.lower(), **sb2_buffer_kwargs}
         if "online_sampling" in kwargs:
             buffer_kwargs["online_sampling"] = kwargs.pop("online_sampling")
         buffer_kwargs.update(kwargs.pop("replay_buffer_kwargs", None) or {})
@@ -269,7 +385,7 @@ class HER:
         if not issubclass(model.replay_buffer_class, HerReplayBuffer):
             raise ValueError(f"{load_path} holds a {type(model).__name__} without HER: load it with {type(model).__name__}.load")
         her = cls.__new__(cls)
-        her.model, her.model_class, her.policy = model, type(model), model.policy
+        her.model, her.model_class, her.policy = model, type(model), model.policy_name
         her.n_sampled_goal = model.replay_buffer_kwargs.get("n_sampled_goal", 4)
         her.goal_selection_strategy = parse_strategy(model.replay_buffer_kwargs.get("goal_selection_strategy", "future"))
         return her

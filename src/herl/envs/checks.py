@@ -83,12 +83,7 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True) -> 
                 stacklevel=2,
             )
         if not np.allclose(recomputed.reshape(()), reward):
-            raise GoalEnvError(
-                f"compute_reward disagrees with step at rollout step {index}: step returned reward {reward!r} but "
-                f"compute_reward(achieved_goal, desired_goal, info) returned {recomputed.reshape(()).item()!r}. Both "
-                "must compute the reward from the new achieved goal and the desired goal the same way (if a wrapper "
-                "changes the reward, give it a compute_reward that changes it the same way)"
-            )
+            raise GoalEnvError(reward_mismatch_message(f"at rollout step {index}", reward, recomputed.reshape(()).item()))
 
     # 4. Batched calls. HER relabels whole batches at once, with goals stacked along a leading axis. The values are
     # compared with one-pair-at-a-time calls too, since with 2-D goals a reduction over the wrong axis still returns
@@ -119,6 +114,17 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True) -> 
             f"compute_reward on a batch of 2 goals returned {batch_rewards.tolist()} but one pair at a time it "
             f"returns {single_rewards}: {vectorize_hint}"
         )
+
+
+def reward_mismatch_message(where: str, reward: float, recomputed: float) -> str:
+    """What to fix when ``compute_reward`` does not give the reward ``step`` returned (also used by HER buffers,
+    which check the first episode they store)."""
+    return (
+        f"compute_reward disagrees with step {where}: step returned reward {reward!r} but "
+        f"compute_reward(achieved_goal, desired_goal, info) returned {recomputed!r}. Both must compute the reward "
+        "from the new achieved goal and the desired goal the same way (if a wrapper changes the reward, give it a "
+        "compute_reward that changes it the same way)"
+    )
 
 
 def _check_spaces(observation_space: spaces.Space) -> None:

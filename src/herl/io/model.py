@@ -14,6 +14,8 @@ import enum
 import math
 import os
 import warnings
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,8 +29,19 @@ MODEL_VERSION = 1
 _JSON_TYPES = (str, int, float, bool, type(None))
 
 
+def model_path(path: str | os.PathLike, *, reading: bool) -> Path:
+    """Stable-Baselines' file names: ``save("name")`` writes ``name.zip`` (a path without a suffix gets one),
+    and ``load("name")`` reads ``name.zip`` when there is no file ``name``."""
+    path = Path(path)
+    if reading:
+        with_zip = Path(f"{path}.zip")
+        return with_zip if not path.is_file() and with_zip.is_file() else path
+    return path.with_name(path.name + ".zip") if path.suffix == "" else path
+
+
 def write_model(model: Any, path: str | os.PathLike) -> None:
-    """Write ``model`` (a herl off-policy algorithm) to ``path``."""
+    """Write ``model`` (a herl off-policy algorithm) to ``path`` (``.zip`` appended when it has no suffix)."""
+    path = model_path(path, reading=False)
     arrays: dict[str, np.ndarray] = {}
     for name, module in model.nets.items():
         for key, tensor in module.state_dict().items():
@@ -44,7 +57,7 @@ def write_model(model: Any, path: str | os.PathLike) -> None:
     noise = model.action_noise
     meta = {
         "algorithm": type(model).__name__,
-        "policy": model.policy,
+        "policy": model.policy_name,
         "config": model.config.to_json(),
         "policy_kwargs": model.policy_config.to_policy_kwargs(),
         "observation_space": space_to_json(model.observation_space),
@@ -75,6 +88,7 @@ def _jsonable_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(meta, parameters)`` of a model file, parameters in :meth:`get_parameters`' form."""
+    path = model_path(path, reading=True)
     meta, arrays = read_archive(path, kind=MODEL_KIND, max_version=MODEL_VERSION)
     algorithm = meta.get("algorithm")
     if expected is not None and algorithm != expected:
@@ -99,8 +113,15 @@ def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[di
     return meta, params
 
 
-def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, overrides: dict[str, Any]) -> Any:
+def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, overrides: dict[str, Any],
+               custom_objects: Mapping[str, Any] | None = None) -> Any:
     """Rebuild the model saved at ``path`` as ``cls`` (or, for the base class, as the saved algorithm).
+
+    ``overrides`` must be hyperparameters of the model; ``custom_objects`` (SB3's) replaces only what
+    the file holds and ignores the rest, as SB3 does: rl-zoo passes ``lr_schedule``, ``clip_range`` or
+    ``exploration_schedule`` for any algorithm. herl files hold numbers, never code, so a schedule (or
+    the ``learning_rate=0.0`` that rl-zoo passes with it) has nothing to stand in for: the saved
+    learning rate is kept.
 
     Everything read from the file is checked before it is used, and a file that fails a check is refused with an
     :class:`~herl.errors.ArchiveError` naming the field (issue 10); only the algorithm's hyperparameters are taken
@@ -110,6 +131,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     from herl.buffers import HerReplayBuffer, ReplayBuffer
     from herl.training.noise import noise_from_json
 
+    path = model_path(path, reading=True)
     meta, arrays = read_archive(path, kind=MODEL_KIND, max_version=MODEL_VERSION)
     algorithm = meta.get("algorithm")
     if cls.__name__ not in ALGORITHMS:  # OffPolicyAlgorithm.load: whichever algorithm the file holds
@@ -165,6 +187,8 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
         warnings.warn(f"{path}: the weights of {bad} hold NaN or infinity; its predictions will be NaN and training "
                       "from it will stop at the first update", stacklevel=3)
     # the file is sound: now the user's env and overrides
+    overrides = {**{k: v for k, v in (custom_objects or {}).items()
+                    if k in kwargs and not (k == "learning_rate" and (callable(v) or not v))}, **overrides}
     if env is not None or overrides:
         model = _with_env(model, cls, policy, env, device, kwargs, overrides, obs_space, act_space, params)
     model.num_timesteps, model._n_updates, model._episode_num = counts
@@ -198,7 +222,7 @@ def _check_size(path: Any, cls: type, policy_kwargs: dict[str, Any], obs_space: 
 
     from herl.training.config import PolicyConfig
 
-    arch = PolicyConfig.from_kwargs(policy_kwargs, cls.default_net_arch, cls.default_n_critics)
+    arch = PolicyConfig.from_kwargs(policy_kwargs, cls.default_net_arch, cls.default_n_critics, cls.policy_options)
     subspaces = obs_space.spaces.values() if isinstance(obs_space, spaces.Dict) else [obs_space]
     inputs = sum(int(np.prod(s.shape)) if s.shape else 1 for s in subspaces)
     stored = sum(t.numel() for name, state in params.items() if not name.endswith(".optimizer")

@@ -84,9 +84,11 @@ class SquashedGaussianActor(nn.Module):
     """SAC's policy: a Gaussian over pre-squash actions, squashed into [-1, 1] by tanh (Haarnoja et al. 2018, app. C)."""
 
     def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, net: nn.Module | None = None) -> None:
+        """``net``: the network from inputs to the Gaussian's means and log standard deviations (``2 *
+        action_dim`` outputs) instead of an :class:`MLP` (CrossQ's has batch renormalization)."""
         super().__init__()
-        self.net = MLP(in_dim, 2 * action_dim, hidden, activation=activation, generator=generator)
+        self.net = net if net is not None else MLP(in_dim, 2 * action_dim, hidden, activation=activation, generator=generator)
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions for ``x`` and their log-probabilities ``(batch, 1)``; ``noise=None`` gives the mean action."""

@@ -210,8 +210,8 @@ def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any],
             "rng_state": noise.rng.bit_generator.state,
             "noise_prev": np.asarray(getattr(noise, "noise_prev", [])).tolist(),
         },
-        "ep_info_buffer": list(model._ep_info_buffer),
-        "ep_success_buffer": list(model._ep_success_buffer),
+        "ep_info_buffer": list(model.ep_info_buffer),
+        "ep_success_buffer": list(model.ep_success_buffer),
     }
     return meta, arrays
 
@@ -240,9 +240,9 @@ def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict
     for key, value in meta["scalars"].items():  # only the numbers a checkpoint saves, never settings such as verbose
         if type(value) in (int, float, bool) and key not in _NOT_STATE and type(getattr(model, key, None)) is type(value):
             setattr(model, key, value)
-    maxlen = model._ep_info_buffer.maxlen
-    model._ep_info_buffer = deque(meta["ep_info_buffer"], maxlen=maxlen)
-    model._ep_success_buffer = deque(meta["ep_success_buffer"], maxlen=maxlen)
+    maxlen = model.ep_info_buffer.maxlen
+    model.ep_info_buffer = deque(meta["ep_info_buffer"], maxlen=maxlen)
+    model.ep_success_buffer = deque(meta["ep_success_buffer"], maxlen=maxlen)
     if meta["noise"] is not None and model.action_noise is not None:
         model.action_noise.rng.bit_generator.state = meta["noise"]["rng_state"]
         if hasattr(model.action_noise, "noise_prev"):

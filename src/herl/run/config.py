@@ -7,7 +7,8 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.online_sampling``,
   ``her.copy_info_dict``;
-- ``policy.net_arch``, ``policy.activation_fn``, ``policy.n_critics``;
+- ``policy.net_arch``, ``policy.activation_fn``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
+  ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
 - ``eval.freq``, ``eval.episodes``, ``eval.deterministic``; ``checkpoint.freq``, ``checkpoint.keep``.
 
@@ -31,7 +32,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-ALGOS = ("dqn", "ddpg", "td3", "sac")
+ALGOS = ("dqn", "ddpg", "td3", "sac", "tqc", "crossq")
 NOISE_TYPES = ("auto", "none", "normal", "ornstein-uhlenbeck")
 
 
@@ -59,13 +60,20 @@ class PolicySettings:
     """Activation between layers."""
     n_critics: int | None = None
     """Critics in the ensemble; None: the algorithm's default (DDPG 1, TD3/SAC 2)."""
+    n_quantiles: int | None = None
+    """TQC: atoms per critic; None: 25."""
+    batch_norm_momentum: float | None = None
+    """CrossQ: rate at which batch renormalization's running statistics move; None: 0.01."""
+    renorm_warmup_steps: int | None = None
+    """CrossQ: updates that normalize with batch statistics only, before the running ones take over; None: 100,000."""
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"activation_fn": self.activation_fn}
         if self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
-        if self.n_critics is not None:
-            kwargs["n_critics"] = self.n_critics
+        for name in ("n_critics", "n_quantiles", "batch_norm_momentum", "renorm_warmup_steps"):
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
         return kwargs
 
 
@@ -107,7 +115,7 @@ class TrainConfig:
     """Everything that defines one training run (one seed); written to the run folder as ``config.json``."""
 
     algo: str
-    """dqn, ddpg, td3 or sac."""
+    """dqn, ddpg, td3, sac, tqc or crossq."""
     env: str
     """Gymnasium env id."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -191,7 +199,7 @@ def algorithm_class(algo: str) -> type:
 
     if algo not in ALGOS:
         raise CLIError(f"unknown algorithm {algo!r}: use one of {', '.join(ALGOS)}")
-    return ALGORITHMS[algo.upper()]
+    return {name.lower(): cls for name, cls in ALGORITHMS.items()}[algo]
 
 
 def valid_keys(algo: str) -> list[str]:
@@ -304,7 +312,8 @@ def _check_algorithm_settings(algo: str, hyperparameters: Mapping[str, Any], pol
     cls = algorithm_class(algo)
     try:
         cls.config_class.from_kwargs(hyperparameters)
-        PolicyConfig.from_kwargs(policy.to_policy_kwargs(), cls.default_net_arch, cls.default_n_critics)
+        PolicyConfig.from_kwargs(policy.to_policy_kwargs(), cls.default_net_arch, cls.default_n_critics,
+                                 cls.policy_options)
     except (ValueError, TypeError) as err:
         raise CLIError(str(err)) from None
 

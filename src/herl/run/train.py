@@ -106,9 +106,9 @@ def check_algorithm_fits(algo: str, env_id: str, action_space: Any) -> None:
 
     discrete = isinstance(action_space, spaces.Discrete)
     if algo == "dqn" and not discrete:
-        raise CLIError(f"dqn needs a Discrete action space; {env_id}'s is {action_space}: use --algo sac, td3 or ddpg")
+        raise CLIError(f"dqn needs a Discrete action space; {env_id}'s is {action_space}: use --algo sac, tqc, crossq, td3 or ddpg")
     if algo != "dqn" and not isinstance(action_space, spaces.Box):
-        hint = "use --algo dqn" if discrete else "herl's algorithms take Discrete (dqn) or Box (ddpg, td3, sac) actions"
+        hint = "use --algo dqn" if discrete else "herl's algorithms take Discrete (dqn) or Box (ddpg, td3, sac, tqc, crossq) actions"
         raise CLIError(f"{algo} needs a continuous (Box) action space; {env_id}'s is {action_space}: {hint}")
 
 

@@ -14,6 +14,7 @@ The loop that touches the environment is :func:`herl.training.loop.run`, the onl
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import deque
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from torch import nn
 from herl.buffers import HerReplayBuffer, ReplayBuffer
 from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, as_integer, check, integer
 from herl.nn.policies import ObservationEncoder
-from herl.training.config import OffPolicyConfig, PolicyConfig
+from herl.training.config import SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
 from herl.training.logger import Logger
 from herl.training.noise import ActionNoise
@@ -63,8 +64,11 @@ class OffPolicyAlgorithm:
     """
 
     config_class: ClassVar[type[OffPolicyConfig]] = OffPolicyConfig
-    default_net_arch: ClassVar[tuple[int, ...]] = (256, 256)
+    default_net_arch: ClassVar[tuple[int, ...] | Mapping[str, tuple[int, ...]]] = (256, 256)
+    """Hidden layers of actor and critics, or ``{"pi": ..., "qf": ...}``."""
     default_n_critics: ClassVar[int] = 2
+    policy_options: ClassVar[Mapping[str, Any]] = {}
+    """Policy kwargs the algorithm reads beyond ``net_arch``, ``activation_fn`` and ``n_critics``, with defaults."""
     action_space_types: ClassVar[tuple[type, ...]] = (spaces.Box,)
 
     def __init__(
@@ -87,12 +91,14 @@ class OffPolicyAlgorithm:
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}: use one of {list(POLICIES)} (policy classes are not supported)")
-        self.policy = policy
+        self.policy_name = policy  # the policy string ("MultiInputPolicy"); self.policy is the networks
+        _accept_sde_off(hyperparameters)
         owner = type(self).__name__
         check(owner, "seed", seed, integer(0, also=(None,)))
         check(owner, "n_envs", n_envs, POSITIVE_INT)
         self.config = self.config_class.from_kwargs(hyperparameters)
-        self.policy_config = PolicyConfig.from_kwargs(policy_kwargs, self.default_net_arch, self.default_n_critics)
+        self.policy_config = PolicyConfig.from_kwargs(policy_kwargs, self.default_net_arch, self.default_n_critics,
+                                                 self.policy_options)
         self.device = get_device(device)
         self.verbose = int(verbose)
         self.tensorboard_log = None if tensorboard_log is None else str(tensorboard_log)
@@ -126,7 +132,8 @@ class OffPolicyAlgorithm:
             normalize = is_goal_space(observation_space)
         self.encoder = ObservationEncoder(observation_space, normalize=normalize, clip_range=self.config.clip_observations)
         self._target_bounds = self.config.target_bounds()
-        self.nets = nn.ModuleDict({"encoder": self.encoder})
+        self.nets = Policy(self, {"encoder": self.encoder})
+        self.policy = self.nets  # SB3's name: users read model.policy.actor, .state_dict(), .predict(...)
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)  # for any layer that initializes itself from the global generator
@@ -144,8 +151,8 @@ class OffPolicyAlgorithm:
         self._last_obs = None  # the loop's state between learn calls: observations to act from next,
         self._ep_returns = np.zeros(self.n_envs)  # the running episodes' returns and lengths,
         self._ep_lengths = np.zeros(self.n_envs, dtype=np.int64)
-        self._ep_info_buffer: deque[dict[str, float]] = deque(maxlen=self.config.stats_window_size)  # and the last episodes'
-        self._ep_success_buffer: deque[float] = deque(maxlen=self.config.stats_window_size)
+        self.ep_info_buffer: deque[dict[str, float]] = deque(maxlen=self.config.stats_window_size)  # and the last episodes'
+        self.ep_success_buffer: deque[float] = deque(maxlen=self.config.stats_window_size)
         self._env_was_seeded = False
         self.logger: Logger | None = None
         self._custom_logger = False
@@ -176,14 +183,14 @@ class OffPolicyAlgorithm:
     def action_dim(self) -> int:
         return int(np.prod(self.action_space.shape))
 
-    def adam(self, params: Any, lr: float | None = None) -> torch.optim.Adam:
+    def adam(self, params: Any, lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:
         """Adam with one fused kernel per step where the device supports it (0.85 -> 0.67 ms per critic step on CPU)."""
         lr = self.config.learning_rate if lr is None else lr
         params = list(params)
         try:
-            return torch.optim.Adam(params, lr=lr, fused=True)
+            return torch.optim.Adam(params, lr=lr, betas=betas, fused=True)
         except RuntimeError:  # a device without the fused kernel (or torch < 2.4 on CPU)
-            return torch.optim.Adam(params, lr=lr)
+            return torch.optim.Adam(params, lr=lr, betas=betas)
 
     def encode_batch(self, batch: Any) -> torch.Tensor:
         """Normalized network inputs of a batch: observations stacked over next observations, ``(2 * batch, dim)``.
@@ -195,6 +202,22 @@ class OffPolicyAlgorithm:
         self.encoder.update(x)
         return self.encoder.normalize(torch.cat([x, self.encoder.flatten(batch.next_observations)]))
 
+    @torch.no_grad()
+    def q_estimates(self, batch: Any) -> torch.Tensor | None:
+        """The critics' estimates ``(batch,)`` for a batch's observations and actions (averaged over critics
+        and atoms), without updating any statistics; None for an algorithm without ``critic``."""
+        critic = getattr(self, "critic", None)
+        if critic is None:
+            return None
+        x = self.encoder.normalize(self.encoder.flatten(batch.observations))
+        training = critic.training
+        critic.train(False)  # CrossQ's batch renormalization: running statistics, left as they are
+        try:
+            q = critic(torch.cat([x, batch.actions.to(x.dtype)], dim=1))
+        finally:
+            critic.train(training)
+        return q.reshape(q.shape[0], x.shape[0], -1).mean(dim=(0, 2))
+
     def clip_target(self, target: torch.Tensor) -> torch.Tensor:
         return target if self._target_bounds is None else target.clamp_(*self._target_bounds)
 
@@ -204,11 +227,17 @@ class OffPolicyAlgorithm:
         """Polyak averaging ``target <- (1 - tau) target + tau source`` in one fused op."""
         torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
+    @property
+    def learning_rate(self) -> float:
+        """Adam's step size (``config.learning_rate``; SB3's attribute)."""
+        return self.config.learning_rate
+
     # ------------------------------------------------------------------ spaces, envs, buffer
     def _check_spaces(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         if not isinstance(action_space, self.action_space_types):
             names = " or ".join(t.__name__ for t in self.action_space_types)
-            raise ValueError(f"{type(self).__name__} needs a {names} action space, got {action_space}")
+            hint = ": use DQN for Discrete actions" if isinstance(action_space, spaces.Discrete) else ""
+            raise ValueError(f"{type(self).__name__} needs a {names} action space, got {action_space}{hint}")
         if isinstance(action_space, spaces.Box) and not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ValueError(f"{type(self).__name__} needs a bounded Box action space (finite low and high), got {action_space}")
 
@@ -225,6 +254,10 @@ class OffPolicyAlgorithm:
     def get_env(self) -> Any:
         """The env given to the constructor, :meth:`set_env` or :meth:`load` (None if there is none)."""
         return self._raw_env
+
+    def get_vec_normalize_env(self) -> Any:
+        """The SB3 ``VecNormalize`` wrapping the training env, or None (SB3's method)."""
+        return None if self.env is None else self.env.normalizer
 
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """Train on ``env`` from now on; its spaces must be the model's."""
@@ -275,6 +308,15 @@ class OffPolicyAlgorithm:
         actions = self._policy_actions(obs, deterministic=False)
         if self.action_noise is not None:
             actions = np.clip(actions + self.action_noise.sample(len(actions)), -1.0, 1.0).astype(np.float32)
+        return actions
+
+    def _mix_random_actions(self, actions: np.ndarray, p: float) -> np.ndarray:
+        """Replace each exploration action by a uniformly random one with probability ``p`` once ``learning_starts``
+        is past (OpenAI baselines' HER DDPG; SB2's ``random_exploration``)."""
+        if p and self.num_timesteps >= self.config.learning_starts:
+            pick = self.rng.random(len(actions)) < p
+            if pick.any():
+                actions[pick] = self._random_actions(int(pick.sum()))
         return actions
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
@@ -342,6 +384,9 @@ class OffPolicyAlgorithm:
         """``gradient_steps`` updates on batches from the replay buffer."""
         batch_size = batch_size or self.config.batch_size
         sample, update = self.replay_buffer.sample, self._update
+        vec_normalize = self.get_vec_normalize_env()
+        if vec_normalize is not None:  # batches through its statistics, as SB3 samples them
+            sample = functools.partial(sample, env=vec_normalize)
         for _ in range(gradient_steps):
             update(sample(batch_size))
             self._n_updates += 1
@@ -411,7 +456,8 @@ class OffPolicyAlgorithm:
                 raise ValueError(f"unknown network {name!r} in the parameters: this model has {sorted(self.nets)}")
 
     def save(self, path: str | os.PathLike, exclude: Any = None, include: Any = None) -> None:
-        """Write the model (hyperparameters, spaces, weights, optimizer states, normalizer statistics) to ``path``."""
+        """Write the model (hyperparameters, spaces, weights, optimizer states, normalizer statistics) to ``path``;
+        ``save("name")`` writes ``name.zip``, as SB3."""
         from herl.io.model import write_model
 
         write_model(self, path)
@@ -419,14 +465,16 @@ class OffPolicyAlgorithm:
     @classmethod
     def load(cls, path: str | os.PathLike, env: Any = None, device: torch.device | str = "auto",
              custom_objects: Mapping[str, Any] | None = None, force_reset: bool = True, **overrides: Any):
-        """Read a model saved by :meth:`save`. Without ``env`` it predicts; with one it can continue learning.
+        """Read a model saved by :meth:`save` (``load("name")`` finds ``name.zip``, as SB3). Without ``env`` it
+        predicts; with one it can continue learning.
 
-        ``overrides`` replace saved hyperparameters (e.g. ``learning_starts=0``); ``custom_objects`` is
-        SB3's equivalent and is merged into them.
+        ``overrides`` replace saved hyperparameters (e.g. ``learning_starts=0``); an unknown name is an
+        error. ``custom_objects`` (SB3's) replaces the entries the file holds and ignores the others, as
+        SB3 does (rl-zoo passes ``lr_schedule``, ``clip_range``, ... to every algorithm).
         """
         from herl.io.model import load_model
 
-        return load_model(cls, path, env=env, device=device, overrides={**(custom_objects or {}), **overrides})
+        return load_model(cls, path, env=env, device=device, overrides=overrides, custom_objects=custom_objects)
 
     def save_replay_buffer(self, path: str | os.PathLike) -> None:
         if self.replay_buffer is None:
@@ -449,6 +497,38 @@ class OffPolicyAlgorithm:
         if truncate_last_traj and isinstance(buffer, HerReplayBuffer):
             buffer.truncate_last_trajectory()  # the env is reset before learning continues
         self.replay_buffer = buffer
+
+
+def _accept_sde_off(hyperparameters: dict[str, Any]) -> None:
+    """SB3's gSDE arguments: off (SB3's default, often passed) is accepted; on is refused with what to use."""
+    use_sde = hyperparameters.pop("use_sde", False)
+    for name in ("sde_sample_freq", "use_sde_at_warmup"):
+        hyperparameters.pop(name, None)
+    if use_sde:
+        raise ValueError(SDE_REFUSAL)
+
+
+class Policy(nn.ModuleDict):
+    """``model.policy``: every network of a model in one module, named as SB3 names them.
+
+    ``policy.actor``, ``policy.critic``, ``policy.critic_target``, ``policy.actor_target`` (DDPG, TD3, SAC),
+    ``policy.q_net``, ``policy.q_net_target`` (DQN) and ``policy.encoder`` (the observation normalizer), with
+    ``state_dict()``, ``parameters()``, ``predict(...)`` (the model's) and ``set_training_mode(mode)``.
+    The same object is ``model.nets``, from which algorithm files read their networks.
+    """
+
+    def __init__(self, model: OffPolicyAlgorithm, modules: Mapping[str, nn.Module]) -> None:
+        super().__init__(modules)
+        self._predict = model.predict  # a plain attribute (not a submodule): state_dict() holds networks only
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = False) -> tuple[np.ndarray, Any]:
+        """The model's :meth:`~OffPolicyAlgorithm.predict`."""
+        return self._predict(observation, state, episode_start, deterministic)
+
+    def set_training_mode(self, mode: bool) -> None:
+        """SB3's name for ``train(mode)``."""
+        self.train(mode)
 
 
 def _add_batch_axis(observation: Any) -> Any:

@@ -8,6 +8,7 @@ view of the training state at the current step (``new_obs``, ``rewards``, ``done
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -195,6 +196,12 @@ class EvalCallback(EventCallback):
         callback_after_eval: called after every evaluation.
         best_model_save_path: where ``best_model.zip`` goes when the mean reward improves.
         log_path: where ``evaluations.npz`` (timesteps, rewards, lengths, successes) goes.
+
+    ``eval_env`` may be an SB3 VecEnv; a ``VecNormalize`` one gets the training env's statistics before each
+    evaluation, as SB3 does. Attributes, as SB3 names them: ``last_mean_reward`` and ``best_mean_reward``
+    (``-inf`` before the first evaluation), ``last_success_rate``, and one entry per evaluation in
+    ``evaluations_timesteps``, ``evaluations_results`` (episode returns), ``evaluations_length`` and
+    ``evaluations_successes`` (``info["is_success"]`` at each episode's end).
     """
 
     def __init__(self, eval_env: Any, callback_on_new_best: BaseCallback | None = None,
@@ -230,6 +237,7 @@ class EvalCallback(EventCallback):
             return True
         from herl.training.evaluation import evaluate_policy
 
+        _sync_vec_normalize(self.model.get_env(), self.eval_env)
         rewards, lengths, successes = evaluate_policy(
             self.model, self.eval_env, n_eval_episodes=self.n_eval_episodes, deterministic=self.deterministic,
             return_episode_rewards=True, return_success_rate=True,
@@ -267,16 +275,33 @@ class EvalCallback(EventCallback):
         return go_on
 
 
+def _sync_vec_normalize(train_env: Any, eval_env: Any) -> None:
+    """Give the eval env's SB3 ``VecNormalize`` the training env's statistics (SB3's ``sync_envs_normalization``)."""
+    from herl.training.envs import find_vec_normalize
+
+    source, target = find_vec_normalize(train_env), find_vec_normalize(eval_env)
+    if source is None or target is None:
+        return
+    for name in ("obs_rms", "ret_rms"):
+        if hasattr(source, name):
+            setattr(target, name, copy.deepcopy(getattr(source, name)))
+
+
 class CheckpointCallback(BaseCallback):
-    """Save the model every ``save_freq`` calls to ``save_path/{name_prefix}_{num_timesteps}_steps.zip``."""
+    """Save the model every ``save_freq`` calls to ``save_path/{name_prefix}_{num_timesteps}_steps.zip``.
+
+    ``save_vecnormalize=True`` also saves the training env's SB3 ``VecNormalize`` statistics, with its own
+    ``save`` (SB3's file, which ``VecNormalize.load`` reads), as ``{name_prefix}_vecnormalize_{num_timesteps}_steps.pkl``.
+    """
 
     def __init__(self, save_freq: int, save_path: str | os.PathLike, name_prefix: str = "rl_model",
-                 save_replay_buffer: bool = False, verbose: int = 0) -> None:
+                 save_replay_buffer: bool = False, save_vecnormalize: bool = False, verbose: int = 0) -> None:
         super().__init__(verbose)
         self.save_freq = int(save_freq)
         self.save_path = Path(save_path)
         self.name_prefix = name_prefix
         self.save_replay_buffer = save_replay_buffer
+        self.save_vecnormalize = save_vecnormalize
 
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq == 0:
@@ -284,6 +309,9 @@ class CheckpointCallback(BaseCallback):
             self.model.save(path)
             if self.save_replay_buffer:
                 self.model.save_replay_buffer(self.save_path / f"{self.name_prefix}_replay_buffer_{self.num_timesteps}_steps.zip")
+            vec_normalize = self.model.get_vec_normalize_env() if self.save_vecnormalize else None
+            if vec_normalize is not None:
+                vec_normalize.save(self.save_path / f"{self.name_prefix}_vecnormalize_{self.num_timesteps}_steps.pkl")
             if self.verbose:
                 print(f"Saving model checkpoint to {path}")
         return True

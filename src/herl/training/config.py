@@ -17,6 +17,13 @@ from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ConfigError, Rule,
 from herl.nn.mlp import ACTIVATIONS
 
 
+SDE_REFUSAL = (
+    "use_sde=True (gSDE, generalized state-dependent exploration) is not implemented in herl: leave it False (SB3's "
+    "default; SAC then explores with its own Gaussian policy); for smoother, temporally correlated exploration use TD3 "
+    "or DDPG with action_noise=OrnsteinUhlenbeckActionNoise(...), and for more exploration random_action_prob=p"
+)
+
+
 @dataclass(frozen=True)
 class OffPolicyConfig:
     """Hyperparameters every off-policy algorithm shares."""
@@ -155,13 +162,36 @@ class PolicyConfig:
     """Activation between layers: a name, or ``activation_fn=nn.ReLU`` etc."""
     n_critics: int = 2
     """Critics in the ensemble (TD3/SAC's clipped double Q uses 2)."""
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The algorithm's own policy kwargs (TQC's ``n_quantiles``, CrossQ's batch renormalization settings),
+    with its defaults filled in."""
 
     @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any] | None, default_arch: Sequence[int], default_n_critics: int = 2) -> PolicyConfig:
+    def from_kwargs(cls, kwargs: Mapping[str, Any] | None, default_arch: Sequence[int] | Mapping[str, Sequence[int]],
+                    default_n_critics: int = 2, option_defaults: Mapping[str, Any] | None = None) -> PolicyConfig:
+        """``option_defaults``: the policy kwargs an algorithm reads beyond the shared ones, with their defaults
+        (their types are checked against the defaults')."""
         kwargs = dict(kwargs or {})
-        arch = kwargs.pop("net_arch", default_arch)
-        if isinstance(arch, Mapping):
-            actor, critic = arch.get("pi", default_arch), arch.get("qf", arch.get("q", default_arch))
+        option_defaults = dict(option_defaults or {})
+        options = {}
+        for name, default in option_defaults.items():
+            value = kwargs.pop(name, default)
+            if isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise TypeError(f"policy_kwargs {name} must be True or False, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(default, int) and int(value) != value):
+                kind = "an integer" if isinstance(default, int) else "a number"
+                raise TypeError(f"policy_kwargs {name} must be {kind}, got {value!r}")
+            options[name] = type(default)(value)
+        if isinstance(default_arch, Mapping):
+            default_actor, default_critic = default_arch["pi"], default_arch["qf"]
+        else:
+            default_actor = default_critic = default_arch
+        arch = kwargs.pop("net_arch", None)
+        if arch is None:
+            actor, critic = default_actor, default_critic
+        elif isinstance(arch, Mapping):
+            actor, critic = arch.get("pi", default_actor), arch.get("qf", arch.get("q", default_critic))
         else:
             actor = critic = arch
         activation = kwargs.pop("activation_fn", kwargs.pop("activation", "relu"))
@@ -174,10 +204,11 @@ class PolicyConfig:
             raise ValueError(f"unknown activation {activation!r}: use one of {sorted(ACTIVATIONS)}")
         n_critics = _plain(kwargs.pop("n_critics", default_n_critics), 1)
         if kwargs.pop("use_sde", False):  # SB3 writes use_sde=False into policy_kwargs; only True is unsupported
-            raise ValueError("use_sde=True (generalized state-dependent exploration) is not supported by herl")
+            raise ValueError(SDE_REFUSAL)
         if kwargs:
-            raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: herl reads net_arch, activation_fn and n_critics")
-        return cls(_arch(actor, "net_arch"), _arch(critic, "net_arch"), activation, n_critics)
+            known = ["net_arch", "activation_fn", "n_critics", *option_defaults]
+            raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: this algorithm reads {', '.join(known)}")
+        return cls(_arch(actor, "net_arch"), _arch(critic, "net_arch"), activation, n_critics, options)
 
     def __post_init__(self) -> None:
         for name in ("actor_arch", "critic_arch"):
@@ -186,7 +217,7 @@ class PolicyConfig:
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         return {"net_arch": {"pi": list(self.actor_arch), "qf": list(self.critic_arch)},
-                "activation_fn": self.activation, "n_critics": self.n_critics}
+                "activation_fn": self.activation, "n_critics": self.n_critics, **self.options}
 
 
 

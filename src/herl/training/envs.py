@@ -7,6 +7,10 @@ act from next. Gymnasium 1.x vector envs autoreset in NEXT_STEP mode by default,
 after an episode's end returns the reset observation with a reward of 0: stored naively, that is a
 transition from the final state to a start state that never happened (STYLE.md, HER pitfall 6).
 We build vector envs in SAME_STEP mode, and refuse NEXT_STEP ones with the fix.
+
+Stable-Baselines3 VecEnvs (``DummyVecEnv``, ``SubprocVecEnv``, ``make_vec_env``, ``VecNormalize``) are
+recognized by their interface, without importing SB3: they reset an ended env at once and hand its
+final observation in ``infos[i]["terminal_observation"]``, as SAME_STEP does.
 """
 
 from __future__ import annotations
@@ -32,24 +36,57 @@ def make_env(env: Any, n_envs: int = 1) -> gym.Env | VectorEnv:
     return env
 
 
-def as_env_adapter(env: gym.Env | VectorEnv) -> SingleEnv | VectorEnvAdapter:
+SB3_VEC_ENV_METHODS = ("reset", "step_async", "step_wait", "env_method", "get_attr", "num_envs")
+
+
+def is_sb3_vec_env(env: Any) -> bool:
+    """Whether ``env`` has Stable-Baselines3's VecEnv interface (checked by duck typing: herl never imports SB3)."""
+    return not isinstance(env, (gym.Env, VectorEnv)) and all(hasattr(env, name) for name in SB3_VEC_ENV_METHODS)
+
+
+def find_vec_normalize(env: Any) -> Any:
+    """The SB3 ``VecNormalize`` in ``env``'s chain of VecEnv wrappers (``.venv``), or None."""
+    while env is not None:
+        if all(hasattr(type(env), name) for name in ("normalize_obs", "get_original_obs", "get_original_reward")):
+            return env
+        env = env.__dict__.get("venv") if hasattr(env, "__dict__") else None
+    return None
+
+
+def as_env_adapter(env: Any) -> SingleEnv | VectorEnvAdapter | SB3VecEnvAdapter:
     if isinstance(env, VectorEnv):
         return VectorEnvAdapter(env)
     if isinstance(env, gym.Env):
         return SingleEnv(env)
-    if hasattr(env, "env_method") and hasattr(env, "num_envs"):
-        raise TypeError(
-            "herl takes gymnasium envs and gymnasium vector envs, not Stable-Baselines3 VecEnvs: pass the "
-            "gymnasium env itself, or gymnasium.vector.SyncVectorEnv([...], autoreset_mode=AutoresetMode.SAME_STEP)"
-        )
-    raise TypeError(f"expected a gymnasium Env, VectorEnv or env id, got {type(env).__name__}")
+    if is_sb3_vec_env(env):
+        return SB3VecEnvAdapter(env)
+    raise TypeError(
+        f"expected a gymnasium Env, a gymnasium VectorEnv, a Stable-Baselines3 VecEnv or an env id, got "
+        f"{type(env).__name__}"
+    )
 
 
 def is_goal_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict) and {"observation", "achieved_goal", "desired_goal"} <= set(space.spaces)
 
 
-class SingleEnv:
+class EnvAdapter:
+    """What the loop and ``evaluate_policy`` use: ``n_envs``, spaces, ``reset``, ``step`` and :meth:`policy_obs`."""
+
+    n_envs: int
+    env: Any
+    normalizer: Any = None  # an SB3 VecNormalize whose statistics the policy's inputs go through
+
+    def policy_obs(self, obs: Obs) -> Obs:
+        """Observations as the policy sees them: stored observations are the env's own, a VecNormalize's
+        normalized ones are what ``predict`` gets from a VecNormalize env (as in SB3)."""
+        return obs if self.normalizer is None else self.normalizer.normalize_obs(obs)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class SingleEnv(EnvAdapter):
     """One gymnasium env with a leading axis of size 1 on everything (no SyncVectorEnv copies on the hot path)."""
 
     n_envs = 1
@@ -77,11 +114,8 @@ class SingleEnv:
         return (next_obs, current, np.array([reward], dtype=np.float32), np.array([terminated]),
                 np.array([truncated]), [info])
 
-    def close(self) -> None:
-        self.env.close()
 
-
-class VectorEnvAdapter:
+class VectorEnvAdapter(EnvAdapter):
     """A gymnasium vector env in SAME_STEP or DISABLED autoreset mode."""
 
     def __init__(self, env: VectorEnv) -> None:
@@ -128,8 +162,48 @@ class VectorEnvAdapter:
         return (next_obs, obs, np.asarray(rewards, dtype=np.float32), np.asarray(terminated, dtype=bool),
                 np.asarray(truncated, dtype=bool), env_infos)
 
-    def close(self) -> None:
-        self.env.close()
+
+class SB3VecEnvAdapter(EnvAdapter):
+    """A Stable-Baselines3 VecEnv: ``DummyVecEnv``, ``SubprocVecEnv``, ``make_vec_env``'s, wrapped or not.
+
+    ``done`` splits into truncation (``infos[i]["TimeLimit.truncated"]``) and termination; an ended
+    env's true next state is ``infos[i]["terminal_observation"]``. With a ``VecNormalize`` in the
+    chain, SB3's off-policy algorithms store the original observations and rewards (HER recomputes
+    rewards from original goals) and normalize at sampling and acting time: so does herl, through
+    :attr:`normalizer`.
+    """
+
+    def __init__(self, venv: Any) -> None:
+        self.env = venv
+        self.n_envs = int(venv.num_envs)
+        self.observation_space = venv.observation_space
+        self.action_space = venv.action_space
+        self.normalizer = find_vec_normalize(venv)
+
+    def reset(self, seed: int | None = None) -> Obs:
+        if seed is not None:
+            self.env.seed(seed)  # SB3: the seed of the next reset
+        obs = self.env.reset()
+        return obs if self.normalizer is None else self.normalizer.get_original_obs()
+
+    def step(self, actions: np.ndarray):
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            actions = actions.reshape(self.n_envs)
+        obs, rewards, dones, infos = self.env.step(actions)
+        if self.normalizer is not None:
+            obs, rewards = self.normalizer.get_original_obs(), self.normalizer.get_original_reward()
+        dones = np.asarray(dones, dtype=bool)
+        truncated = np.zeros(self.n_envs, dtype=bool)
+        next_obs = obs
+        if dones.any():
+            next_obs = _copy_obs(obs)
+            for i in np.flatnonzero(dones):
+                truncated[i] = bool(infos[i].get("TimeLimit.truncated", False))
+                final = infos[i]["terminal_observation"]
+                if self.normalizer is not None:  # VecNormalize hands it normalized
+                    final = self.normalizer.unnormalize_obs(final)
+                _set_obs(next_obs, i, final)
+        return (next_obs, obs, np.asarray(rewards, dtype=np.float32), dones & ~truncated, truncated, list(infos))
 
 
 def _split_infos(infos: dict[str, Any], n_envs: int) -> list[dict[str, Any]]:

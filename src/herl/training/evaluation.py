@@ -23,7 +23,9 @@ def evaluate_policy(
     return_success_rate: bool = False,
     seed: int | None = None,
 ):
-    """Run ``n_eval_episodes`` episodes of ``model.predict`` on ``env`` (a gymnasium env, vector env or env id).
+    """Run ``n_eval_episodes`` episodes of ``model.predict`` on ``env`` (a gymnasium env, vector env, env id or
+    Stable-Baselines3 VecEnv; a ``VecNormalize``'s normalized observations are what ``predict`` sees, and the
+    rewards reported are the env's own, not normalized).
 
     Returns ``(mean_reward, std_reward)``, or with ``return_episode_rewards`` the per-episode
     ``(rewards, lengths)``; ``return_success_rate`` appends the success rate (or the per-episode
@@ -42,7 +44,7 @@ def evaluate_policy(
     successes: list[float] = []
     obs = adapter.reset(seed=seed)
     while (counts < targets).any():
-        actions, _ = model.predict(obs, deterministic=deterministic)
+        actions, _ = model.predict(adapter.policy_obs(obs), deterministic=deterministic)
         _, obs, rewards, terminated, truncated, infos = adapter.step(np.asarray(actions))
         returns += rewards
         lengths += 1

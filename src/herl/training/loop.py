@@ -16,6 +16,7 @@ import numpy as np
 
 from herl.errors import NonFiniteError
 from herl.training.callbacks import as_callback
+from herl.training.diagnostics import replay_diagnostics
 from herl.training.logger import Logger, configure
 
 
@@ -33,8 +34,8 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         model._ep_returns = np.zeros(env.n_envs)
         model._ep_lengths = np.zeros(env.n_envs, dtype=np.int64)
     if reset_num_timesteps:
-        model._ep_info_buffer.clear()
-        model._ep_success_buffer.clear()
+        model.ep_info_buffer.clear()
+        model.ep_success_buffer.clear()
         model.num_timesteps = 0
         model._episode_num = 0
     else:
@@ -63,7 +64,7 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         callback.on_rollout_start()
         steps = episodes = 0
         while (steps if per_step else episodes) < n_freq and model.num_timesteps < total_timesteps:
-            actions = model._collect_actions(obs)
+            actions = model._collect_actions(env.policy_obs(obs))  # an SB3 VecNormalize's statistics apply here
             next_obs, new_obs, rewards, terminated, truncated, infos = env.step(model._unscale(actions))
             try:
                 buffer.add(obs, next_obs, actions, rewards, infos=infos, terminated=terminated, truncated=truncated)
@@ -76,10 +77,10 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
             dones = terminated | truncated
             if dones.any():
                 for i in np.flatnonzero(dones):
-                    model._ep_info_buffer.append({"r": float(returns[i]), "l": int(lengths[i])})
+                    model.ep_info_buffer.append({"r": float(returns[i]), "l": int(lengths[i])})
                     success = infos[i].get("is_success")
                     if success is not None:
-                        model._ep_success_buffer.append(float(success))
+                        model.ep_success_buffer.append(float(success))
                     returns[i], lengths[i] = 0.0, 0
                     episodes += 1
                     model._episode_num += 1
@@ -137,12 +138,14 @@ def _dump_logs(model: Any, start_timesteps: int, start_time: float) -> None:
     logger.record("time/fps", int((model.num_timesteps - start_timesteps) / elapsed))
     logger.record("time/time_elapsed", int(elapsed))
     logger.record("time/total_timesteps", model.num_timesteps)
-    if model._ep_info_buffer:
-        logger.record("rollout/ep_rew_mean", float(np.mean([e["r"] for e in model._ep_info_buffer])))
-        logger.record("rollout/ep_len_mean", float(np.mean([e["l"] for e in model._ep_info_buffer])))
-    if model._ep_success_buffer:
-        logger.record("rollout/success_rate", float(np.mean(model._ep_success_buffer)))
+    if model.ep_info_buffer:
+        logger.record("rollout/ep_rew_mean", float(np.mean([e["r"] for e in model.ep_info_buffer])))
+        logger.record("rollout/ep_len_mean", float(np.mean([e["l"] for e in model.ep_info_buffer])))
+    if model.ep_success_buffer:
+        logger.record("rollout/success_rate", float(np.mean(model.ep_success_buffer)))
     for key, value in model.train_info().items():
+        logger.record(key, value)
+    for key, value in replay_diagnostics(model).items():
         logger.record(key, value)
     logger.record("train/n_updates", model._n_updates)
     logger.record("train/learning_rate", model.config.learning_rate)

@@ -1,0 +1,128 @@
+"""CrossQ (Bhatt et al. 2024, "CrossQ: Batch Normalization in Deep Reinforcement Learning for Greater Sample
+Efficiency and Simplicity", arXiv:1902.05605): SAC without target networks, with batch renormalization in
+actor and critics.
+
+Batch statistics of ``(s, a)`` and ``(s', pi(s'))`` differ; a critic normalized on the first alone sees
+the second as out of distribution. CrossQ therefore evaluates both in *one* forward pass of the critics
+in training mode, so the normalization's statistics are those of the mixture, and bootstraps from the
+second half of that pass (as a constant), with no target network. The actor is updated every
+``policy_delay`` critic updates, through the critics in evaluation mode. Adam uses beta1 = 0.5.
+sb3-contrib's interface and defaults: ``CrossQ("MultiInputPolicy", env, policy_delay=3,
+policy_kwargs=dict(net_arch=dict(pi=[256, 256], qf=[1024, 1024]), batch_norm_momentum=0.01,
+renorm_warmup_steps=100_000))``.
+
+As in :mod:`herl.algorithms.sac`, critic, actor and entropy-coefficient losses go through one backward
+pass and one fused Adam step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from herl.algorithms.sac import SAC, SACConfig
+from herl.nn.batch_renorm import RenormMLP
+from herl.nn.policies import SquashedGaussianActor
+
+
+@dataclass(frozen=True)
+class CrossQConfig(SACConfig):
+    """CrossQ's hyperparameters (sb3-contrib's defaults). ``tau`` and ``target_update_interval`` do not apply
+    (CrossQ has no target networks): values other than their defaults are refused."""
+
+    learning_rate: float = 1e-3
+    """Adam's step size for actor, critics and entropy coefficient."""
+    policy_delay: int = 3
+    """Critic updates per actor (and entropy coefficient) update."""
+    adam_beta1: float = 0.5
+    """Adam's first-moment decay (CrossQ's 0.5 instead of Adam's usual 0.9)."""
+
+    def validate(self) -> None:
+        super().validate()
+        if isinstance(self.policy_delay, bool) or int(self.policy_delay) != self.policy_delay or self.policy_delay < 1:
+            raise ValueError(f"policy_delay must be a positive integer, got {self.policy_delay!r}")
+        base = SACConfig()
+        for name in ("tau", "target_update_interval"):
+            if getattr(self, name) != getattr(base, name):
+                raise ValueError(f"CrossQ has no target networks, so {name} does not apply: leave it out "
+                                 f"(got {name}={getattr(self, name)!r})")
+        if not 0.0 <= self.adam_beta1 < 1.0:
+            raise ValueError(f"adam_beta1 must be in [0, 1), got {self.adam_beta1!r}")
+
+
+class CrossQ(SAC):
+    """CrossQ for Box action spaces (sb3-contrib's interface). ``policy_kwargs`` also take ``batch_norm_momentum``
+    (0.01), ``batch_norm_eps`` (0.001) and ``renorm_warmup_steps`` (100,000); see
+    :class:`~herl.training.base.OffPolicyAlgorithm` for the rest."""
+
+    config_class = CrossQConfig
+    default_net_arch = {"pi": (256, 256), "qf": (1024, 1024)}
+    policy_options = {"batch_norm_momentum": 0.01, "batch_norm_eps": 0.001, "renorm_warmup_steps": 100_000}
+
+    def _build(self, generator: torch.Generator) -> None:
+        arch, options = self.policy_config, self.policy_config.options
+        if not 0.0 < options["batch_norm_momentum"] <= 1.0:
+            raise ValueError(f"policy_kwargs batch_norm_momentum must be in (0, 1], got {options['batch_norm_momentum']}")
+        if options["batch_norm_eps"] <= 0 or options["renorm_warmup_steps"] < 0:
+            raise ValueError("policy_kwargs batch_norm_eps must be > 0 and renorm_warmup_steps >= 0, got "
+                             f"{options['batch_norm_eps']} and {options['renorm_warmup_steps']}")
+        norm = dict(momentum=options["batch_norm_momentum"], eps=options["batch_norm_eps"],
+                    warmup_steps=options["renorm_warmup_steps"], activation=arch.activation, generator=generator)
+        trunk = RenormMLP(self.obs_dim, 2 * self.action_dim, arch.actor_arch, **norm)
+        self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, net=trunk)
+        self.critic = RenormMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics, **norm)
+        self._build_entropy_coefficient()
+        self.nets.update({"actor": self.actor, "critic": self.critic,
+                          "ent_coef": nn.ParameterDict({"log_ent_coef": self.log_ent_coef})})
+
+    def _make_optimizers(self) -> None:
+        params = [*self.critic.parameters(), *self.actor.parameters()]
+        if self.learn_ent_coef:
+            params.append(self.log_ent_coef)
+        self.optimizers["optimizer"] = self.adam(params, betas=(self.config.adam_beta1, 0.999))
+
+    def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        self.actor.train(False)  # acting uses the running statistics, and leaves them as they are
+        return super()._act(x, deterministic)
+
+    def _update(self, batch: Any) -> None:
+        n = batch.rewards.shape[0]
+        xx = self.encode_batch(batch)
+        x, next_x = xx[:n], xx[n:]
+        ent_coef = self.log_ent_coef.detach().exp()
+        with torch.no_grad():
+            self.actor.train(False)
+            noise = torch.randn(n, self.action_dim, generator=self.torch_rng, device=xx.device)
+            next_actions, next_log_prob = self.actor(next_x, noise)
+        # one pass over (s, a) and (s', a'): the normalization's statistics are the mixture's (see the module doc)
+        self.critic.train(True)
+        q_all = self.critic(torch.cat([xx, torch.cat([batch.actions, next_actions])], dim=1))
+        q, next_q = q_all[:, :n], q_all[:, n:].detach().amin(0)
+        target = self.clip_target(torch.addcmul(
+            batch.rewards, 1.0 - batch.dones, torch.addcmul(next_q, ent_coef, next_log_prob, value=-1.0),
+            value=self.config.gamma))
+        critic_loss = 0.5 * (q - target).square().mean(dim=(1, 2)).sum()
+        loss = critic_loss
+        info = {"critic_loss": critic_loss, "ent_coef": ent_coef}
+        if (self._n_updates + 1) % self.config.policy_delay == 0:
+            self.actor.train(True)
+            self.critic.train(False)
+            noise = torch.randn(n, self.action_dim, generator=self.torch_rng, device=xx.device)
+            actions, log_prob = self.actor(x, noise)
+            q_pi = self.critic(torch.cat([x, actions], dim=1), detach_params=True).amin(0)
+            actor_loss = (ent_coef * log_prob - q_pi).mean()
+            loss = loss + actor_loss
+            if self.learn_ent_coef:
+                loss = loss - (self.log_ent_coef * (log_prob.detach() + self.target_entropy)).mean()
+            info["actor_loss"] = actor_loss
+        elif "actor_loss" in self._train_info:
+            info["actor_loss"] = self._train_info["actor_loss"]
+        optimizer = self.optimizers["optimizer"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        self.actor.train(False)
+        self._train_info = info

@@ -1,0 +1,119 @@
+"""Truncated Quantile Critics (Kuznetsov et al. 2020, arXiv:2005.04269): SAC whose critics predict the
+distribution of returns as quantiles; the TD target drops the largest quantiles of the pooled critics,
+which controls overestimation more finely than the minimum of two critics.
+
+Each of ``n_critics`` critics outputs ``n_quantiles`` atoms (one :class:`~herl.nn.mlp.EnsembleMLP`, as for
+SAC). The target pools the next state's ``n_critics * n_quantiles`` atoms, sorts them and keeps the smallest
+``n_critics * (n_quantiles - top_quantiles_to_drop_per_net)``; every critic's atoms regress on all of them
+with the quantile Huber loss. The actor maximizes the mean of all atoms. sb3-contrib's interface: ``TQC(...,
+top_quantiles_to_drop_per_net=2, policy_kwargs=dict(n_quantiles=25, n_critics=2))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from herl.algorithms.sac import SAC, SACConfig
+
+
+@dataclass(frozen=True)
+class TQCConfig(SACConfig):
+    """TQC's hyperparameters (sb3-contrib's defaults)."""
+
+    top_quantiles_to_drop_per_net: int = 2
+    """Atoms dropped from the top of the pooled target distribution, per critic."""
+
+    def validate(self) -> None:
+        super().validate()
+        drop = self.top_quantiles_to_drop_per_net
+        if isinstance(drop, bool) or not isinstance(drop, int) or drop < 0:
+            raise ValueError(f"top_quantiles_to_drop_per_net must be an integer >= 0, got {drop!r}")
+
+
+def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, *, targets_sorted: bool = False) -> torch.Tensor:
+    """Quantile regression loss with a Huber kernel (kappa = 1; Dabney et al. 2018, eq. 10), averaged.
+
+    ``quantiles``: ``(n_critics, batch, n_quantiles)``, atom ``i`` estimating the ``(i + 0.5) / n_quantiles``
+    quantile; ``targets``: ``(batch, n_targets)``, samples of the target distribution (constants;
+    ``targets_sorted=True`` says they are in ascending order along each row, which saves a sort). The loss
+    is the mean over every (critic, row, atom, target sample) of ``|tau_i - 1{delta < 0}| * huber(delta)``,
+    ``delta = target - atom``.
+
+    Computed without the ``(critics, batch, quantiles, targets)`` tensor of pairs (a million entries for
+    sb3-contrib's recipe, ~20 ms a step forward and backward on one CPU core): with the targets of a row
+    sorted, the pairs of an atom ``q`` fall in four runs, ``t < q-1`` (linear part, weight ``1 - tau``),
+    ``q-1 <= t < q`` (quadratic, ``1 - tau``), ``q <= t < q+1`` (quadratic, ``tau``) and ``t >= q+1`` (linear,
+    ``tau``), found by binary search; each run's sum of ``huber`` is a polynomial in ``q`` of the run's
+    count, sum of ``t`` and sum of ``t**2``, read from prefix sums. Same value and gradient (to float
+    rounding; targets are centred per row first to keep it small), about 5x faster.
+    """
+    n_critics, n, n_quantiles = quantiles.shape
+    n_targets = targets.shape[1]
+    center = targets.detach().mean(dim=1, keepdim=True)
+    t = targets.detach() - center
+    if not targets_sorted:
+        t = t.sort(dim=1).values
+    k = n_critics * n_quantiles
+    q = (quantiles - center).transpose(0, 1).reshape(n, k)  # (batch, critics * quantiles)
+    zero = t.new_zeros(n, 1)
+    prefix_t = torch.cat([zero, t.cumsum(dim=1)], dim=1)  # prefix_t[:, j] = sum of the j smallest targets
+    prefix_t2 = torch.cat([zero, t.square().cumsum(dim=1)], dim=1)
+    q_const = q.detach()
+    ends = torch.searchsorted(t, torch.cat([q_const - 1.0, q_const, q_const + 1.0], dim=1))  # targets below each
+    sum_t, sum_t2 = prefix_t.gather(1, ends).split(k, dim=1), prefix_t2.gather(1, ends).split(k, dim=1)
+    count = ends.to(q.dtype).split(k, dim=1)
+
+    def quadratic(lo: int, hi: int) -> torch.Tensor:  # sum of (t - q)^2 / 2 over the run between two ends
+        return 0.5 * ((sum_t2[hi] - sum_t2[lo]) - 2.0 * q * (sum_t[hi] - sum_t[lo]) + (count[hi] - count[lo]) * q.square())
+
+    below = count[0] * (q - 0.5) - sum_t[0] + quadratic(0, 1)  # targets below the atom: weight 1 - tau
+    above = quadratic(1, 2) + (prefix_t[:, -1:] - sum_t[2]) - (n_targets - count[2]) * (q + 0.5)  # weight tau
+    tau = ((torch.arange(n_quantiles, device=q.device, dtype=q.dtype) + 0.5) / n_quantiles).repeat(n_critics)
+    return torch.lerp(below, above, tau).sum() / (n * k * n_targets)
+
+
+class TQC(SAC):
+    """TQC for Box action spaces (sb3-contrib's interface). ``policy_kwargs`` also take ``n_quantiles``
+    (atoms per critic, default 25); see :class:`~herl.training.base.OffPolicyAlgorithm` for the rest."""
+
+    config_class = TQCConfig
+    policy_options = {"n_quantiles": 25}
+
+    @property
+    def critic_outputs(self) -> int:
+        return self.policy_config.options["n_quantiles"]
+
+    @property
+    def n_target_quantiles(self) -> int:
+        """Atoms of the pooled next-state distribution that the target keeps."""
+        arch = self.policy_config
+        return arch.n_critics * (arch.options["n_quantiles"] - self.config.top_quantiles_to_drop_per_net)
+
+    def _build(self, generator: torch.Generator) -> None:
+        n_quantiles, drop = self.policy_config.options["n_quantiles"], self.config.top_quantiles_to_drop_per_net
+        if n_quantiles < 1:
+            raise ValueError(f"policy_kwargs n_quantiles must be >= 1, got {n_quantiles}")
+        if drop >= n_quantiles:
+            raise ValueError(
+                f"top_quantiles_to_drop_per_net={drop} would drop every one of the n_quantiles={n_quantiles} atoms: "
+                f"drop fewer (sb3-contrib's default is 2 of 25)"
+            )
+        super()._build(generator)
+
+    def _critic_loss(self, x: torch.Tensor, next_x: torch.Tensor, batch: Any, next_actions: torch.Tensor,
+                     next_log_prob: torch.Tensor, ent_coef: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        with torch.no_grad():
+            next_z = self.critic_target(torch.cat([next_x, next_actions], dim=1))  # (critics, n, quantiles)
+            next_z = next_z.transpose(0, 1).reshape(n, -1).sort(dim=1).values[:, : self.n_target_quantiles]
+            next_v = torch.addcmul(next_z, ent_coef, next_log_prob, value=-1.0)
+            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_v, value=self.config.gamma))
+        # the target is increasing in the sorted atoms (gamma * (1 - done) >= 0, clipping keeps the order)
+        return quantile_huber_loss(self.critic(torch.cat([x, batch.actions], dim=1)), target, targets_sorted=True)
+
+    def _policy_value(self, x: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The mean of every critic's atoms."""
+        return self.critic(torch.cat([x, actions], dim=1), detach_params=True).mean(dim=(0, 2)).unsqueeze(1)

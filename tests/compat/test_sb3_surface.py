@@ -1,0 +1,114 @@
+"""What Stable-Baselines3 users read and call beyond learn/predict: file names, ``custom_objects``, and the
+model's attributes (``policy``, ``learning_rate``, ``ep_info_buffer``, ...)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from herl import DDPG, DQN, SAC, TD3, HerReplayBuffer, ReplayBuffer
+from herl.envs import BitFlippingEnv
+from herl.training.logger import Logger
+
+SMALL = dict(learning_starts=10, batch_size=16, policy_kwargs=dict(net_arch=[16]), seed=0)
+
+
+def test_save_name_writes_name_zip_and_load_name_finds_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = BitFlippingEnv(4, max_steps=4)
+    model = DQN("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, **SMALL)
+    model.save("./her_bit_env")
+    assert (tmp_path / "her_bit_env.zip").is_file() and not (tmp_path / "her_bit_env").exists()
+    loaded = DQN.load("./her_bit_env", env=env)
+    obs, _ = env.reset(seed=0)
+    assert loaded.predict(obs, deterministic=True)[0] == model.predict(obs, deterministic=True)[0]
+    # a path with a suffix is written as given, and read as given
+    model.save(tmp_path / "model.v1")
+    assert (tmp_path / "model.v1").is_file()
+    DQN.load(tmp_path / "model.v1")
+    # set_parameters reads files the same way
+    loaded.set_parameters("her_bit_env")
+    with pytest.raises(FileNotFoundError, match="missing"):
+        DQN.load("missing")
+
+
+def test_custom_objects_replace_what_the_file_holds_and_ignore_the_rest(tmp_path):
+    model = SAC("MultiInputPolicy", BitFlippingEnv(4, continuous=True), **SMALL)
+    model.save(tmp_path / "sac")
+    # what rl-zoo's enjoy script passes to every algorithm
+    zoo = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0,
+           "exploration_schedule": lambda _: 0.0}
+    loaded = SAC.load(tmp_path / "sac", custom_objects=zoo)
+    assert loaded.learning_rate == model.learning_rate  # a herl file holds a number, nothing to stand in for
+    loaded = SAC.load(tmp_path / "sac", custom_objects={"batch_size": 8, "gamma": 0.9, "not_saved": 1})
+    assert loaded.config.batch_size == 8 and loaded.config.gamma == 0.9
+    # keyword overrides stay strict: a typo is an error that names it
+    with pytest.raises(TypeError, match="not_saved"):
+        SAC.load(tmp_path / "sac", not_saved=1)
+
+
+@pytest.mark.parametrize("model_class, names", [
+    (SAC, ("actor", "critic", "critic_target")),
+    (TD3, ("actor", "actor_target", "critic", "critic_target")),
+    (DDPG, ("actor", "actor_target", "critic", "critic_target")),
+    (DQN, ("q_net", "q_net_target")),
+])
+def test_model_policy_is_a_module_with_sb3_names_state_dict_and_predict(model_class, names):
+    env = BitFlippingEnv(4, continuous=model_class is not DQN, max_steps=4)
+    model = model_class("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, **SMALL)
+    policy = model.policy
+    assert isinstance(policy, nn.Module)
+    for name in names:
+        assert isinstance(getattr(policy, name), nn.Module)
+        assert getattr(policy, name) is getattr(model, name)
+    state = policy.state_dict()
+    assert any(key.startswith(names[0] + ".") for key in state) and all(torch.is_tensor(v) for v in state.values())
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(policy.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+    policy.set_training_mode(False)
+    assert not policy.training
+    assert model.policy_name == "MultiInputPolicy"
+
+
+def test_sb3_attributes_users_read_after_learning():
+    env = BitFlippingEnv(4, max_steps=4)
+    model = DQN("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, learning_rate=5e-4, **SMALL)
+    model.learn(60)
+    assert model.learning_rate == 5e-4
+    assert isinstance(model.replay_buffer, HerReplayBuffer) and len(model.replay_buffer) == 60
+    assert isinstance(model.logger, Logger)
+    assert model.ep_info_buffer and all(set(e) >= {"r", "l"} for e in model.ep_info_buffer)
+    assert len(model.ep_success_buffer) == len(model.ep_info_buffer)
+    assert set(model.ep_success_buffer) <= {0.0, 1.0}
+
+
+def test_use_sde_true_is_refused_with_what_to_use_and_false_is_accepted():
+    env = BitFlippingEnv(4, continuous=True)
+    with pytest.raises(ValueError, match="use_sde=True.*action_noise"):
+        SAC("MultiInputPolicy", env, use_sde=True)
+    SAC("MultiInputPolicy", env, use_sde=False, sde_sample_freq=-1, use_sde_at_warmup=False)
+    with pytest.raises(ValueError, match="use_sde=True"):
+        SAC("MultiInputPolicy", env, policy_kwargs=dict(use_sde=True))
+
+
+def test_random_action_prob_for_sac_replaces_that_share_of_exploration_actions():
+    env = BitFlippingEnv(4, continuous=True)
+    obs = {k: np.repeat(v[None], 2000, 0) for k, v in env.reset(seed=0)[0].items()}
+    for p in (0.0, 0.3, 1.0):
+        model = SAC("MultiInputPolicy", env, random_action_prob=p, learning_starts=0, seed=0)
+        with torch.no_grad():  # a policy that always acts tanh(5) with (almost) no spread
+            for param in model.actor.parameters():
+                param.zero_()
+            bias = list(model.actor.parameters())[-1]
+            bias[:4], bias[4:] = 5.0, -20.0
+        policy_like = np.all(model._collect_actions(obs) > 0.99, axis=1).mean()
+        assert policy_like == pytest.approx(1 - p, abs=0.04)
+    with pytest.raises(ValueError, match="random_action_prob"):
+        SAC("MultiInputPolicy", env, random_action_prob=1.5)
+
+
+def test_plain_replay_buffer_models_have_the_same_attributes():
+    model = TD3("MultiInputPolicy", BitFlippingEnv(4, continuous=True), **SMALL)
+    assert isinstance(model.replay_buffer, ReplayBuffer) and model.policy.actor is model.actor
