@@ -3,8 +3,8 @@
 Every error herl raises on purpose is one of these (or a plain ``ValueError``/``TypeError`` with a message that
 names the problem and the fix). The catalogue with causes and fixes is ``docs/errors.md``.
 
-All of them subclass ``ValueError``, so code written against Stable-Baselines3 (which raises ``ValueError``) keeps
-catching them.
+All of them derive from :class:`HerlError`; ``ConfigError``, ``NonFiniteError`` and ``ArchiveError`` also subclass
+``ValueError``, so code written against Stable-Baselines3 (which raises ``ValueError``) keeps catching them.
 """
 
 from __future__ import annotations

@@ -146,3 +146,23 @@ def test_printed_commands_are_shell_quoted(tmp_path: Path, capsys: pytest.Captur
     folder = tmp_path / "with space"
     assert herl("train", *TINY, "--timesteps", "100", "--run-dir", folder) == 0
     assert f"herl plot '{folder}'" in capsys.readouterr().out
+
+
+def test_the_rate_shown_after_an_evaluation_is_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    from herl.run import progress as progress_module
+    from herl.run.progress import Progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now[0])
+    bar = Progress(total=10_000, mode="off")
+    bar.mode = "log"  # measure without printing a bar
+    monkeypatch.setattr(bar, "_line", lambda step: None)
+    for step in range(1, 1001):  # 1000 steps/s
+        now[0] += 0.001
+        bar.update(step)
+    now[0] += 30.0  # an evaluation of 30 s
+    bar.restart_rate()  # what RunCallback does after it
+    for step in range(1001, 2001):
+        now[0] += 0.001
+        bar.update(step)
+    assert 900 < bar._fps < 1100  # was ~30 fps ("0 fps" on screen) when the evaluation's time counted
