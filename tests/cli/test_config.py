@@ -52,7 +52,7 @@ def test_her_auto_follows_the_env() -> None:
     [
         ({"exploration_fraction": 0.1}, "unknown key 'exploration_fraction'"),  # a DQN setting given to SAC
         ({"eval.frequency": 1}, "did you mean eval.freq"),
-        ({"timesteps": 0}, "timesteps must be at least 1"),
+        ({"timesteps": 0}, "timesteps=0 is not allowed: timesteps must be an integer >= 1"),
         ({"batch_size": "many"}, "batch_size must be a number"),
         ({"noise.type": "pink"}, "noise.type must be one of"),
         ({"eval.deterministic": "yes"}, "eval.deterministic must be true or false"),

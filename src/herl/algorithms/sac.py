@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
+from herl.errors import POSITIVE_INT, PROBABILITY, ConfigError, Rule, number
 from herl.nn.mlp import EnsembleMLP
 from herl.nn.policies import SquashedGaussianActor
 from herl.training.base import OffPolicyAlgorithm
@@ -43,17 +45,32 @@ class SACConfig(OffPolicyConfig):
     """Probability that an exploration step takes a uniformly random action instead of the policy's sample
     (SB2's ``random_exploration``, "useful when using HER")."""
 
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {
+        "target_update_interval": POSITIVE_INT,
+        "random_action_prob": PROBABILITY,
+        "squash_eps": number(0.0, 1.0, high_open=True, note="SB3's value is 1e-6"),
+        "ent_coef": None,  # checked below: a number or a string
+        "target_entropy": None,
+    }
+
     def validate(self) -> None:
         super().validate()
-        if not 0.0 <= self.squash_eps < 1.0:
-            raise ValueError(f"squash_eps must be in [0, 1) (SB3's value is 1e-6), got {self.squash_eps!r}")
-        if not 0.0 <= self.random_action_prob <= 1.0:
-            raise ValueError(f"random_action_prob must be a probability in [0, 1], got {self.random_action_prob!r}")
-        if isinstance(self.ent_coef, str):
-            if not (self.ent_coef == "auto" or self.ent_coef.startswith("auto_")):
-                raise ValueError(f"ent_coef must be a number, 'auto' or 'auto_<initial value>', got {self.ent_coef!r}")
-        elif self.ent_coef <= 0:
-            raise ValueError(f"ent_coef must be positive, got {self.ent_coef}")
+        owner, coef = self.owner(), self.ent_coef
+        initial = coef[len("auto_"):] if isinstance(coef, str) and coef.startswith("auto_") else coef
+        if coef != "auto" and not _positive(initial):
+            raise ConfigError(owner, "ent_coef", coef, "a finite number > 0, 'auto' (learned, starting at 1) or "
+                              "'auto_<initial value>' (learned, starting there, e.g. 'auto_0.1')")
+        if self.target_entropy != "auto" and not number().accepts(self.target_entropy):
+            raise ConfigError(owner, "target_entropy", self.target_entropy, "a finite number, or 'auto' (minus the "
+                              "action dimension)")
+
+
+def _positive(value: Any) -> bool:
+    try:
+        value = float(value) if isinstance(value, str) else value
+    except ValueError:
+        return False
+    return number(0.0, low_open=True).accepts(value)
 
 
 class SAC(OffPolicyAlgorithm):
