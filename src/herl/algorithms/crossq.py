@@ -18,12 +18,14 @@ pass and one fused Adam step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from herl.algorithms.sac import SAC, SACConfig
+from herl.errors import POSITIVE_INT, ConfigError, Rule, number
 from herl.nn.batch_renorm import RenormMLP
 from herl.nn.policies import SquashedGaussianActor
 
@@ -40,17 +42,19 @@ class CrossQConfig(SACConfig):
     adam_beta1: float = 0.5
     """Adam's first-moment decay (CrossQ's 0.5 instead of Adam's usual 0.9)."""
 
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {
+        "policy_delay": POSITIVE_INT,
+        "adam_beta1": number(0.0, 1.0, high_open=True),
+    }
+
     def validate(self) -> None:
         super().validate()
-        if isinstance(self.policy_delay, bool) or int(self.policy_delay) != self.policy_delay or self.policy_delay < 1:
-            raise ValueError(f"policy_delay must be a positive integer, got {self.policy_delay!r}")
         base = SACConfig()
         for name in ("tau", "target_update_interval"):
             if getattr(self, name) != getattr(base, name):
-                raise ValueError(f"CrossQ has no target networks, so {name} does not apply: leave it out "
-                                 f"(got {name}={getattr(self, name)!r})")
-        if not 0.0 <= self.adam_beta1 < 1.0:
-            raise ValueError(f"adam_beta1 must be in [0, 1), got {self.adam_beta1!r}")
+                raise ConfigError(self.owner(), name, getattr(self, name),
+                                  f"only its default {getattr(base, name)!r}: CrossQ has no target networks, so it "
+                                  f"does not apply (leave it out)")
 
 
 class CrossQ(SAC):

@@ -12,11 +12,13 @@ top_quantiles_to_drop_per_net=2, policy_kwargs=dict(n_quantiles=25, n_critics=2)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 
 from herl.algorithms.sac import SAC, SACConfig
+from herl.errors import NON_NEGATIVE_INT, Rule
 
 
 @dataclass(frozen=True)
@@ -26,11 +28,7 @@ class TQCConfig(SACConfig):
     top_quantiles_to_drop_per_net: int = 2
     """Atoms dropped from the top of the pooled target distribution, per critic."""
 
-    def validate(self) -> None:
-        super().validate()
-        drop = self.top_quantiles_to_drop_per_net
-        if isinstance(drop, bool) or not isinstance(drop, int) or drop < 0:
-            raise ValueError(f"top_quantiles_to_drop_per_net must be an integer >= 0, got {drop!r}")
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {"top_quantiles_to_drop_per_net": NON_NEGATIVE_INT}
 
 
 def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, *, targets_sorted: bool = False) -> torch.Tensor:
