@@ -361,7 +361,7 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
         (["train", "--env", "herl/BitFlipping-v0", "--set", "env.n_bit=3"], "its constructor takes: n_bits"),
         (["train", "--env", "herl/PointReach-v0", "--algo", "dqn"], "use --algo sac, tqc, crossq, td3 or ddpg"),
         (["train", "--env", "herl/BitFlipping-v0", "--her", "futur:4"], "future, final, episode, random"),
-        (["train", "--env", "herl/BitFlipping-v0", "--set", "her.strategy=futur"], "unknown HER strategy"),
+        (["train", "--env", "herl/BitFlipping-v0", "--set", "her.strategy=futur"], "her.strategy must be one of"),
         (["train", "--timesteps", "10"], "--env ID"),
         (["train", "--resume", "nowhere", "--algo", "sac"], "--resume continues a run with its own settings"),
         (["train", "--env", "herl/BitFlipping-v0", "--preset", "fetch_rech"], "did you mean fetch_reach"),
