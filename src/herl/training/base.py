@@ -404,6 +404,14 @@ class OffPolicyAlgorithm:
 
         write_model(self, path)
 
+    def export_onnx(self, path: str | os.PathLike, **kwargs: Any) -> Any:
+        """Write the deterministic policy (normalization and action scaling included) as one ONNX graph whose
+        inputs are the observation entries; see :mod:`herl.export` (also TorchScript, and a check against
+        :meth:`predict`). Returns the path."""
+        from herl.export import export_onnx
+
+        return export_onnx(self, path, **kwargs)
+
     @classmethod
     def load(cls, path: str | os.PathLike, env: Any = None, device: torch.device | str = "auto",
              custom_objects: Mapping[str, Any] | None = None, force_reset: bool = True, **overrides: Any):
