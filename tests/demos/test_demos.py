@@ -121,7 +121,7 @@ def test_pretrain_clones_a_continuous_expert(reach_demos):
 
 def test_pretrain_dqn_with_cross_entropy():
     env = BitFlippingEnv(n_bits=4)
-    demos = generate_expert_traj(flip_expert, env=env, n_episodes=40, seed=0)
+    demos = generate_expert_traj(flip_expert, env, n_episodes=40, seed=0)  # the (expert, env) order works too
     model = herl.DQN("MultiInputPolicy", env, seed=0)
     losses = pretrain(model, demos, n_epochs=60, learning_rate=3e-3)
     assert losses[-1] < 0.5 * losses[0]

@@ -22,6 +22,7 @@ def generate_expert_traj(model: Any, save_path: str | os.PathLike | None = None,
         model: a herl model (its ``predict(obs, deterministic=...)`` acts; its env is used when ``env`` is None)
             or a callable from one observation to one action (a scripted expert, a controller, a person).
         save_path: folder for the dataset (Stable Baselines wrote ``save_path.npz``; herl writes Minari's format).
+            Stable Baselines' order ``(model, save_path, env)`` and ``(model, env, save_path=...)`` both work.
         env: a gymnasium env or env id.
         n_episodes: episodes to keep.
         seed: the first reset's seed (later resets continue the env's generator).
@@ -29,6 +30,8 @@ def generate_expert_traj(model: Any, save_path: str | os.PathLike | None = None,
         successful_only: keep only the episodes whose last info says ``is_success`` (failed ones are dropped and
             more are run, up to ``max_attempts`` episodes, by default ``3 * n_episodes``).
     """
+    if isinstance(save_path, gym.Env) and not isinstance(env, gym.Env):  # generate_expert_traj(expert, env, ...)
+        save_path, env = env, save_path
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
     act = _policy(model, deterministic)
