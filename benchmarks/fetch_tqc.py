@@ -16,6 +16,7 @@ Usage::
     python benchmarks/fetch_tqc.py curve --lib herl --steps 100000 --out runs/push_herl.csv
     python benchmarks/fetch_tqc.py curve --lib sb3 --steps 100000 --out runs/push_sb3.csv
     python benchmarks/fetch_tqc.py speed --steps 2000 --repeats 3
+    python benchmarks/fetch_tqc.py plot runs/push_herl.csv runs/push_sb3.csv --out docs/images/push_side_by_side.png
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def make_model(lib: str, env: gym.Env, seed: int, args: argparse.Namespace):
     if lib == "herl":
         from herl import TQC, HerReplayBuffer
 
-        extra = dict(normalize_observations=args.normalize, clip_target=args.clip_target)
+        extra = dict(normalize_observations=args.normalize, clip_target=args.clip_target, squash_eps=args.squash_eps)
         return TQC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=seed, device="cpu",
                    replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"), **kwargs, **extra)
     from sb3_contrib import TQC
@@ -155,9 +156,37 @@ def speed(args: argparse.Namespace) -> None:
     print(f"median: herl {herl:.1f} steps/s, sb3-contrib {sb3:.1f} steps/s, ratio {herl / sb3:.2f}x")
 
 
+def plot(args: argparse.Namespace) -> None:
+    """Success and block-moved share of ``curve`` CSVs against env steps, one line per file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    for name in args.csv:
+        with open(name, newline="") as f:
+            rows = list(csv.DictReader(f))
+        label = f"{rows[0]['lib']} seed {rows[0]['seed']}"
+        steps = [int(r["timesteps"]) for r in rows]
+        axes[0].plot(steps, [float(r["success"]) for r in rows], marker="o", label=label)
+        moved = [(int(r["timesteps"]), float(r["block_moved_share"])) for r in rows if r.get("block_moved_share")]
+        axes[1].plot(*zip(*moved), marker="o", label=label)
+    for ax, title in zip(axes, ["evaluation success (50 episodes)", "training episodes that moved the block > 1 cm"]):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("env steps")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out)
+    print(f"wrote {args.out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["curve", "speed"])
+    parser.add_argument("what", choices=["curve", "speed", "plot"])
+    parser.add_argument("csv", nargs="*", help="plot: the CSV files written by curve")
     parser.add_argument("--lib", choices=["herl", "sb3"], default="herl")
     parser.add_argument("--env", default="FetchPush-v4")
     parser.add_argument("--steps", type=int, default=100_000)
@@ -178,10 +207,11 @@ def main() -> None:
     # herl only: sb3-contrib has neither
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--clip-target", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--squash-eps", type=float, default=0.0, help="SB3's tanh log-determinant (1e-6) instead of the exact one")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads; {vars(args)}", flush=True)
-    curve(args) if args.what == "curve" else speed(args)
+    {"curve": curve, "speed": speed, "plot": plot}[args.what](args)
 
 
 if __name__ == "__main__":

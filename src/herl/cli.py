@@ -8,6 +8,7 @@ flags here and calls :mod:`herl.run`, where the work is done; mistakes a person 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--x", choices=("steps", "time"), default="steps", help="x axis: env steps or wall time")
     plot.add_argument("--band", choices=("minmax", "std", "none"), default="minmax",
                       help="spread over seeds (default: minmax)")
-    plot.add_argument("--label", action="append", metavar="TEXT", help="legend label, one per run, in order")
+    plot.add_argument("--label", action="extend", nargs="+", metavar="TEXT",
+                      help="legend labels, one per run, in order (--label A B, or --label A --label B)")
     plot.add_argument("--title", help="figure title")
+    plot.add_argument("--reference", action="append", metavar="LABEL=X:Y,...",
+                      help="points to mark for comparison, e.g. a peer's published results: "
+                      "'zoo TQC=100000:0.6,200000:0.95' (repeatable)")
     plot.set_defaults(func=_cmd_plot)
 
     check = commands.add_parser("check-env", help="check that an env can be trained with HER", allow_abbrev=False)
@@ -145,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as err:
         print(f"herl {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"\nherl {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        print(f"\nherl {args.command}: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr)
         return 130
 
 
@@ -178,7 +183,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     existing = [run_dir / f"seed_{c.seed}" for c in configs if (run_dir / f"seed_{c.seed}" / "config.json").exists()]
     if existing:
-        raise CLIError(f"{existing[0]} already holds a run: continue it with `herl train --resume {run_dir}`, or "
+        raise CLIError(f"{existing[0]} already holds a run: continue it with `herl train --resume "
+                       f"{shlex.quote(str(run_dir))}`, or "
                        "choose another --run-dir")
     config = configs[0]
     her = f" + HER ({config.her.strategy}, k={config.her.n_sampled_goal})" if config.her else ""
@@ -189,7 +195,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress})
             for c in configs]
     _print_summaries(run_parallel(jobs, args.jobs))
-    print(f"curves: herl plot {run_dir}    evaluation: herl eval {run_dir}    tensorboard --logdir {run_dir}")
+    quoted = shlex.quote(str(run_dir))
+    print(f"curves: herl plot {quoted}    evaluation: herl eval {quoted}    tensorboard --logdir {quoted}")
     return 0
 
 
@@ -243,6 +250,8 @@ def _print_summaries(summaries: list[Any]) -> None:
             for s in summaries]
     print(format_table(["seed", "steps", "wall time", "final success", "best success",
                         f"first step >= {SUCCESS_THRESHOLD}", "run folder"], rows))
+    for note in dict.fromkeys(note for s in summaries for note in s.notes):
+        print(f"note: {note}")
 
 
 def _fmt(value: float | None) -> str:
@@ -290,6 +299,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         env_id = args.env or item.env
         if env_id is None:
             raise CLIError(f"{item.path} is not in a run folder, so its env is unknown: pass --env ID")
+        if args.env is None:
+            _confirm_env_module(env_id, item.path)
         kwargs = {**item.env_kwargs, **env_kwargs}
         model = load_model(item.path, args.device)
         results.append(evaluate(model, env_id, kwargs, episodes=args.episodes, deterministic=args.deterministic,
@@ -304,11 +315,31 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_plot(args: argparse.Namespace) -> int:
-    from herl.run.plot import plot_runs
+def _confirm_env_module(env_id: str, source: Path) -> None:
+    """An env id ``module:Id`` read from a run's config.json imports ``module``, which runs its code: ask first (or,
+    without a terminal, refuse), unless the module is imported already or the user named the id with ``--env``."""
+    import importlib.util
 
+    module = env_id.rpartition(":")[0]
+    if not module or module in sys.modules:
+        return
+    where = importlib.util.find_spec(module.split(".")[0]) if module else None
+    origin = getattr(where, "origin", None) or "not found"
+    question = (f"{source}'s config names the env {env_id!r}: making it imports the Python module {module!r} "
+                f"({origin}), which runs its code.")
+    if sys.stdin is not None and sys.stdin.isatty():
+        answer = input(f"{question} Import it? [y/N] ").strip().lower()
+        if answer in ("y", "yes"):
+            return
+    raise CLIError(f"{question} Not imported: if you trust it, say so with --env {shlex.quote(env_id)}")
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from herl.run.plot import parse_reference, plot_runs
+
+    references = [parse_reference(text) for text in args.reference or []]
     output = plot_runs(args.runs, args.output, metric=args.metric, x=args.x, band=args.band, labels=args.label,
-                       title=args.title)
+                       title=args.title, references=references)
     print(f"wrote {output}")
     return 0
 

@@ -47,6 +47,8 @@ def test_quantile_huber_loss_matches_the_pairwise_form(scale):
     (reference_grad,) = torch.autograd.grad(reference, quantiles)
     torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(grad, reference_grad, rtol=1e-4, atol=1e-9)
+    sorted_loss = quantile_huber_loss(quantiles, targets.sort(dim=1).values, targets_sorted=True)
+    torch.testing.assert_close(sorted_loss, reference, rtol=1e-5, atol=1e-6)
 
 
 def test_quantile_huber_loss_is_minimized_by_the_quantiles():
@@ -83,9 +85,9 @@ def test_target_pools_sorts_and_drops_the_top_atoms(monkeypatch):
     model.critic_target = FixedAtoms(torch.tensor([[3.0, 1.0, 0.0, 2.0], [13.0, 10.0, 12.0, 11.0]]))
     seen = {}
 
-    def capture(quantiles, targets):
-        seen["targets"] = targets.clone()
-        return quantile_huber_loss(quantiles, targets)
+    def capture(quantiles, targets, targets_sorted=False):
+        seen["targets"], seen["sorted"] = targets.clone(), targets_sorted
+        return quantile_huber_loss(quantiles, targets, targets_sorted=targets_sorted)
 
     monkeypatch.setattr(tqc_module, "quantile_huber_loss", capture)
     model.learn(6)
@@ -95,6 +97,7 @@ def test_target_pools_sorts_and_drops_the_top_atoms(monkeypatch):
     kept = torch.tensor([0.0, 1.0, 2.0, 3.0])
     expected = batch.rewards + (1 - batch.dones) * 0.5 * kept  # the entropy term is ~1e-9 * log-prob
     torch.testing.assert_close(seen["targets"], expected, atol=1e-6, rtol=0)
+    assert seen["sorted"] and torch.equal(seen["targets"], seen["targets"].sort(dim=1).values)
 
 
 def test_bad_arguments_name_the_fix():
@@ -114,6 +117,8 @@ def test_bad_arguments_name_the_fix():
             algo("MultiInputPolicy", BitFlippingEnv(n_bits=4))
     with pytest.raises(ValueError, match="batch_norm_momentum must be in"):
         CrossQ("MultiInputPolicy", env, policy_kwargs=dict(batch_norm_momentum=0.0))
+    with pytest.raises(ValueError, match="CrossQ has no target networks, so tau does not apply"):
+        CrossQ("MultiInputPolicy", env, tau=0.05)
     with pytest.raises(ValueError, match="policy_delay must be a positive integer"):
         CrossQ("MultiInputPolicy", env, policy_delay=0)
 

@@ -52,7 +52,7 @@ def test_her_auto_follows_the_env() -> None:
     [
         ({"exploration_fraction": 0.1}, "unknown key 'exploration_fraction'"),  # a DQN setting given to SAC
         ({"eval.frequency": 1}, "did you mean eval.freq"),
-        ({"timesteps": 0}, "timesteps must be at least 1"),
+        ({"timesteps": 0}, "timesteps=0 is not allowed: timesteps must be an integer >= 1"),
         ({"batch_size": "many"}, "batch_size must be a number"),
         ({"noise.type": "pink"}, "noise.type must be one of"),
         ({"eval.deterministic": "yes"}, "eval.deterministic must be true or false"),
@@ -92,3 +92,30 @@ def test_missing_extra_survives_pickling() -> None:
 
     error = pickle.loads(pickle.dumps(MissingExtraError("Panda envs", "panda-gym", "panda")))
     assert "pip install 'herl[panda]'" in str(error) and error.extra == "panda"
+
+
+@pytest.mark.parametrize("name", ["fetch_push", "fetch_pick_and_place", "fetch_slide"])
+@pytest.mark.parametrize("algo", ["tqc", "crossq"])
+def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None:
+    from gymnasium import spaces
+
+    from herl.run.config import algorithm_class
+
+    preset = get_preset(name)
+    c = build_config(algo=algo, env="FetchPush-v4", seed=0, goal_env=True, preset=name, layers=preset.layers(algo))
+    space = spaces.Dict({"observation": spaces.Box(-1, 1, (25,)), "achieved_goal": spaces.Box(-1, 1, (3,)),
+                         "desired_goal": spaces.Box(-1, 1, (3,))})
+    model = algorithm_class(algo)("MultiInputPolicy", observation_space=space, action_space=spaces.Box(-1, 1, (4,)),
+                                  policy_kwargs=c.policy.to_policy_kwargs(), **c.hyperparameters)
+    assert model.config.clip_target is True and model.policy_config.critic_arch == (256, 256)
+    assert model.policy_config.options == ({"n_quantiles": 25} if algo == "tqc" else
+                                           {"batch_norm_momentum": 0.01, "batch_norm_eps": 0.001,
+                                            "renorm_warmup_steps": 10_000})
+
+
+def test_algorithm_policy_settings_reach_the_model_or_are_refused() -> None:
+    c = config({"policy.n_quantiles": 10, "top_quantiles_to_drop_per_net": 1}, algo="tqc")
+    assert c.policy.to_policy_kwargs()["n_quantiles"] == 10 and c.hyperparameters["top_quantiles_to_drop_per_net"] == 1
+    assert config({"policy.renorm_warmup_steps": 5}, algo="crossq").policy.to_policy_kwargs()["renorm_warmup_steps"] == 5
+    with pytest.raises(CLIError, match="unknown key 'top_quantiles_to_drop_per_net'"):
+        config({"top_quantiles_to_drop_per_net": 1}, algo="sac")

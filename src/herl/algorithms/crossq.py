@@ -30,8 +30,8 @@ from herl.nn.policies import SquashedGaussianActor
 
 @dataclass(frozen=True)
 class CrossQConfig(SACConfig):
-    """CrossQ's hyperparameters (sb3-contrib's defaults). ``tau`` and ``target_update_interval`` are not
-    used: CrossQ has no target networks."""
+    """CrossQ's hyperparameters (sb3-contrib's defaults). ``tau`` and ``target_update_interval`` do not apply
+    (CrossQ has no target networks): values other than their defaults are refused."""
 
     learning_rate: float = 1e-3
     """Adam's step size for actor, critics and entropy coefficient."""
@@ -44,6 +44,11 @@ class CrossQConfig(SACConfig):
         super().validate()
         if isinstance(self.policy_delay, bool) or int(self.policy_delay) != self.policy_delay or self.policy_delay < 1:
             raise ValueError(f"policy_delay must be a positive integer, got {self.policy_delay!r}")
+        base = SACConfig()
+        for name in ("tau", "target_update_interval"):
+            if getattr(self, name) != getattr(base, name):
+                raise ValueError(f"CrossQ has no target networks, so {name} does not apply: leave it out "
+                                 f"(got {name}={getattr(self, name)!r})")
         if not 0.0 <= self.adam_beta1 < 1.0:
             raise ValueError(f"adam_beta1 must be in [0, 1), got {self.adam_beta1!r}")
 
@@ -67,7 +72,8 @@ class CrossQ(SAC):
         norm = dict(momentum=options["batch_norm_momentum"], eps=options["batch_norm_eps"],
                     warmup_steps=options["renorm_warmup_steps"], activation=arch.activation, generator=generator)
         trunk = RenormMLP(self.obs_dim, 2 * self.action_dim, arch.actor_arch, **norm)
-        self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, net=trunk)
+        self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, net=trunk,
+                                           squash_eps=self.config.squash_eps)
         self.critic = RenormMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics, **norm)
         self._build_entropy_coefficient()
         self.nets.update({"actor": self.actor, "critic": self.critic,

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 
+from herl.errors import POSITIVE_INT, PROBABILITY, Rule, number
 from herl.nn.mlp import MLP
 from herl.training.base import OffPolicyAlgorithm
 from herl.training.config import OffPolicyConfig
@@ -43,12 +45,13 @@ class DQNConfig(OffPolicyConfig):
     double_q: bool = False
     """Pick the next action with the online network and value it with the target network (double DQN)."""
 
-    def validate(self) -> None:
-        super().validate()
-        if not 0.0 <= self.exploration_fraction <= 1.0:
-            raise ValueError(f"exploration_fraction must be in [0, 1], got {self.exploration_fraction}")
-        if self.target_update_interval < 1:
-            raise ValueError(f"target_update_interval must be >= 1 env step, got {self.target_update_interval}")
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {
+        "target_update_interval": POSITIVE_INT,
+        "exploration_fraction": PROBABILITY,
+        "exploration_initial_eps": PROBABILITY,
+        "exploration_final_eps": PROBABILITY,
+        "max_grad_norm": number(0.0, low_open=True),
+    }
 
 
 class DQN(OffPolicyAlgorithm):

@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
+from herl.errors import POSITIVE_INT, PROBABILITY, ConfigError, Rule, number
 from herl.nn.mlp import EnsembleMLP
 from herl.nn.policies import SquashedGaussianActor
 from herl.training.base import OffPolicyAlgorithm
@@ -34,19 +36,41 @@ class SACConfig(OffPolicyConfig):
     """Entropy the learned alpha aims for; ``"auto"``: minus the action dimension."""
     target_update_interval: int = 1
     """Gradient steps between target-critic updates."""
+    squash_eps: float = 0.0
+    """The tanh squashing's log-determinant in the policy's log-probability: 0 for the exact
+    ``log(1 - tanh(u)^2)``; SB3, sb3-contrib and the SAC authors' code use ``log(1 - tanh(u)^2 + 1e-6)``, which
+    stops at ``log(1e-6)`` per dimension: fully saturated actions (``|u| > 7``) then cost no entropy, so a noisy
+    policy can explore with bang-bang actions."""
     random_action_prob: float = 0.0
     """Probability that an exploration step takes a uniformly random action instead of the policy's sample
     (SB2's ``random_exploration``, "useful when using HER")."""
 
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {
+        "target_update_interval": POSITIVE_INT,
+        "random_action_prob": PROBABILITY,
+        "squash_eps": number(0.0, 1.0, high_open=True, note="SB3's value is 1e-6"),
+        "ent_coef": None,  # checked below: a number or a string
+        "target_entropy": None,
+    }
+
     def validate(self) -> None:
         super().validate()
-        if not 0.0 <= self.random_action_prob <= 1.0:
-            raise ValueError(f"random_action_prob must be a probability in [0, 1], got {self.random_action_prob!r}")
-        if isinstance(self.ent_coef, str):
-            if not (self.ent_coef == "auto" or self.ent_coef.startswith("auto_")):
-                raise ValueError(f"ent_coef must be a number, 'auto' or 'auto_<initial value>', got {self.ent_coef!r}")
-        elif self.ent_coef <= 0:
-            raise ValueError(f"ent_coef must be positive, got {self.ent_coef}")
+        owner, coef = self.owner(), self.ent_coef
+        initial = coef[len("auto_"):] if isinstance(coef, str) and coef.startswith("auto_") else coef
+        if coef != "auto" and not _positive(initial):
+            raise ConfigError(owner, "ent_coef", coef, "a finite number > 0, 'auto' (learned, starting at 1) or "
+                              "'auto_<initial value>' (learned, starting there, e.g. 'auto_0.1')")
+        if self.target_entropy != "auto" and not number().accepts(self.target_entropy):
+            raise ConfigError(owner, "target_entropy", self.target_entropy, "a finite number, or 'auto' (minus the "
+                              "action dimension)")
+
+
+def _positive(value: Any) -> bool:
+    try:
+        value = float(value) if isinstance(value, str) else value
+    except ValueError:
+        return False
+    return number(0.0, low_open=True).accepts(value)
 
 
 class SAC(OffPolicyAlgorithm):
@@ -62,7 +86,7 @@ class SAC(OffPolicyAlgorithm):
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
         self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
-                                           generator=generator)
+                                           generator=generator, squash_eps=self.config.squash_eps)
         self.critic = EnsembleMLP(self.obs_dim + self.action_dim, self.critic_outputs, arch.critic_arch,
                                   n_members=arch.n_critics, activation=arch.activation, generator=generator)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from herl.errors import POSITIVE_INT, PROBABILITY, Rule, number
 from herl.nn.mlp import EnsembleMLP
 from herl.nn.policies import DeterministicActor
 from herl.training.base import OffPolicyAlgorithm
@@ -43,16 +45,15 @@ class TD3Config(OffPolicyConfig):
     critic_learning_rate: float | None = None
     """The critics' step size, when it differs from ``learning_rate`` (SB2's DDPG: ``critic_lr=1e-3``)."""
 
-    def validate(self) -> None:
-        super().validate()
-        for name in ("actor_learning_rate", "critic_learning_rate"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be a positive number (or None for learning_rate), got {value!r}")
-        if not 0.0 <= self.random_action_prob <= 1.0:
-            raise ValueError(f"random_action_prob must be a probability in [0, 1], got {self.random_action_prob!r}")
-        if int(self.policy_delay) != self.policy_delay or self.policy_delay < 1:
-            raise ValueError(f"policy_delay must be a positive integer, got {self.policy_delay!r}")
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {
+        "policy_delay": POSITIVE_INT,
+        "target_policy_noise": number(0.0),
+        "target_noise_clip": number(0.0),
+        "action_l2": number(0.0),
+        "random_action_prob": PROBABILITY,
+        "actor_learning_rate": number(0.0, low_open=True, also=(None,), note="None: learning_rate"),
+        "critic_learning_rate": number(0.0, low_open=True, also=(None,), note="None: learning_rate"),
+    }
 
 
 class TD3(OffPolicyAlgorithm):

@@ -33,11 +33,12 @@ class TQCConfig(SACConfig):
             raise ValueError(f"top_quantiles_to_drop_per_net must be an integer >= 0, got {drop!r}")
 
 
-def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, *, targets_sorted: bool = False) -> torch.Tensor:
     """Quantile regression loss with a Huber kernel (kappa = 1; Dabney et al. 2018, eq. 10), averaged.
 
     ``quantiles``: ``(n_critics, batch, n_quantiles)``, atom ``i`` estimating the ``(i + 0.5) / n_quantiles``
-    quantile; ``targets``: ``(batch, n_targets)``, samples of the target distribution (constants). The loss
+    quantile; ``targets``: ``(batch, n_targets)``, samples of the target distribution (constants;
+    ``targets_sorted=True`` says they are in ascending order along each row, which saves a sort). The loss
     is the mean over every (critic, row, atom, target sample) of ``|tau_i - 1{delta < 0}| * huber(delta)``,
     ``delta = target - atom``.
 
@@ -52,7 +53,9 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor) -> torch
     n_critics, n, n_quantiles = quantiles.shape
     n_targets = targets.shape[1]
     center = targets.detach().mean(dim=1, keepdim=True)
-    t = (targets.detach() - center).sort(dim=1).values
+    t = targets.detach() - center
+    if not targets_sorted:
+        t = t.sort(dim=1).values
     k = n_critics * n_quantiles
     q = (quantiles - center).transpose(0, 1).reshape(n, k)  # (batch, critics * quantiles)
     zero = t.new_zeros(n, 1)
@@ -108,7 +111,8 @@ class TQC(SAC):
             next_z = next_z.transpose(0, 1).reshape(n, -1).sort(dim=1).values[:, : self.n_target_quantiles]
             next_v = torch.addcmul(next_z, ent_coef, next_log_prob, value=-1.0)
             target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_v, value=self.config.gamma))
-        return quantile_huber_loss(self.critic(torch.cat([x, batch.actions], dim=1)), target)
+        # the target is increasing in the sorted atoms (gamma * (1 - done) >= 0, clipping keeps the order)
+        return quantile_huber_loss(self.critic(torch.cat([x, batch.actions], dim=1)), target, targets_sorted=True)
 
     def _policy_value(self, x: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """The mean of every critic's atoms."""

@@ -14,6 +14,7 @@ from the field shape this module:
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -128,3 +129,28 @@ def probe_vectorized(
         return  # a constant (gymnasium-robotics' Fetch returns False for any batch): it broadcasts when relabeling
     if result.shape not in ((2,), (2, 1)):
         raise ValueError(f"{what} returned shape {result.shape} for a batch of 2 goals, expected (2,). {fix}")
+
+
+def goal_function_values(result: Any, n: int, what: str) -> np.ndarray:
+    """A reward or termination function's output for ``n`` goals as a float32 vector of length ``n``; anything else
+    (strings, a fixed-size array, NaN) is an error naming the function and what it returned (issue 10).
+
+    ``compute_terminated`` may return one value for the whole batch (Fetch's ``False``): it is broadcast.
+    """
+    from herl.errors import NonFiniteError
+
+    try:
+        values = np.asarray(result, dtype=np.float32)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} returned {type(result).__name__} values that are not numbers ({err}): it must return "
+                         f"one number per goal") from None
+    if values.size != n:
+        if what == "compute_terminated" and values.size == 1:
+            return np.broadcast_to(values.reshape(()), (n,)).copy()
+        raise ValueError(f"{what} returned shape {values.shape} for a batch of {n} goals: it must return one value per "
+                         "goal, shaped (batch,)")
+    values = values.reshape(n)
+    if not math.isfinite(np.add.reduce(values, None)) and not np.isfinite(values).all():  # the sum: ~1 µs cheaper
+        raise NonFiniteError(f"{what} returned NaN or infinity for {int((~np.isfinite(values)).sum())} of {n} relabeled "
+                             "goals; nothing was sampled. Fix the function (rewards must be finite numbers)")
+    return values

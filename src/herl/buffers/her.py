@@ -13,17 +13,24 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from herl.buffers.goal_functions import bind_goal_function, env_goal_function, is_remote_goal_env, probe_vectorized
-from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer
+from herl.buffers.goal_functions import (
+    bind_goal_function,
+    env_goal_function,
+    goal_function_values,
+    is_remote_goal_env,
+    probe_vectorized,
+)
+from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer, _file_errors
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy, relabel_count, sample_goal_offsets
+from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, Rule, one_of
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 DEFAULT_MAX_EPISODE_LENGTH = 10_000
@@ -117,6 +124,7 @@ class HerReplayBuffer(ReplayBuffer):
         storage_device: torch.device | str | None = None,
         wrapped_env: Any = None,
         env_info: Mapping[str, Any] | None = None,
+        check_finite: bool = True,
     ) -> None:
         env = _sb3_1x_arguments(buffer_size, env, wrapped_env, env_info)
         check_goal_space(observation_space)
@@ -135,6 +143,16 @@ class HerReplayBuffer(ReplayBuffer):
             raise ValueError(f"unknown reward_context field(s) {unknown}: choose from {sorted(known)}")
         self.env = env
         self.max_episode_length = max_episode_length or _time_limit(env) or DEFAULT_MAX_EPISODE_LENGTH
+        known_length = None if max_episode_length else _time_limit(env)  # the env's own limit: episodes reach it
+        if self.online_sampling and known_length:
+            # say it now, not when the first episode outgrows its column (issue 10: buffer_size=20 on a 50-step env)
+            rows = max(int(buffer_size) // max(int(n_envs), 1), 1) - bool(optimize_memory_usage)
+            if rows < known_length:
+                need = (known_length + bool(optimize_memory_usage)) * int(n_envs)
+                raise ValueError(
+                    f"buffer_size={buffer_size} cannot hold one whole episode of {known_length} steps per env "
+                    f"(n_envs={n_envs}): HER relabels within whole episodes, so give it a buffer_size of at least {need}"
+                )
         self._user_compute_reward = compute_reward
         self._user_compute_terminated = compute_terminated
         self._info_specs: dict[str, FieldSpec] = {}
@@ -143,6 +161,7 @@ class HerReplayBuffer(ReplayBuffer):
             buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
             optimize_memory_usage=optimize_memory_usage, handle_timeout_termination=handle_timeout_termination, seed=seed,
             prioritized=prioritized, alpha=alpha, beta=beta, priority_eps=priority_eps, storage_device=storage_device,
+            check_finite=check_finite,
         )
         if not self.online_sampling:
             # Episodes wait in a staging area sized for one episode per env; at their end they are
@@ -158,6 +177,7 @@ class HerReplayBuffer(ReplayBuffer):
         if self._compute_reward is not None:  # once, at the first episode's end (then the hook is as before)
             self._on_episode_end = self._check_first_episode
         self._probe_done = False
+        self._warned_small_store = False
         if not self.copy_info_dict:  # with info entries, probe once their shapes are known (first add)
             self._probe(at_construction=True)
 
@@ -269,8 +289,8 @@ class HerReplayBuffer(ReplayBuffer):
         flat = self._last_episode(int(np.flatnonzero(self.storage.open_start < 0)[0]))
         rows = GatheredRows(self.storage, flat)
         achieved, desired = to_numpy(rows.next_state("achieved_goal")), to_numpy(rows.state("desired_goal"))
-        recomputed = np.asarray(self._compute_reward(achieved, desired, self._reward_info(rows, slice(None))),
-                                dtype=np.float32).reshape(-1)
+        recomputed = goal_function_values(self._compute_reward(achieved, desired, self._reward_info(rows, slice(None))),
+                                          len(flat), "compute_reward")
         stored = to_numpy(rows.transition("reward"))
         wrong = np.flatnonzero(~np.isclose(recomputed, stored, atol=1e-5))
         if len(wrong):
@@ -289,6 +309,14 @@ class HerReplayBuffer(ReplayBuffer):
         """Offline HER: store the episode ``env_idx`` just ended once as it happened and k times relabeled."""
         stage = self.storage
         flat = self._last_episode(env_idx)
+        length = len(flat)
+        if self.n_sampled_goal * length >= self.relabeled.rows and not self._warned_small_store:
+            self._warned_small_store = True
+            warnings.warn(
+                f"an episode of {length} steps makes {self.n_sampled_goal * length} relabeled copies, which fill "
+                f"buffer_size={self.relabeled.rows}: they overwrite the episode's real transitions at once, so the "
+                f"buffer keeps none. Raise buffer_size to at least {(self.n_sampled_goal + 1) * length} (issue 10)",
+                stacklevel=4)
         # the episode once as it happened, stored first so that `random` can draw goals from it too
         self.relabeled.extend(*GatheredRows(stage, flat).fields())
         if not self.n_sampled_goal:
@@ -325,11 +353,12 @@ class HerReplayBuffer(ReplayBuffer):
         # one call per batch, goals by keyword (see goal_functions.bind_goal_function); reward
         # functions get NumPy arrays whatever the storage device
         achieved, goals = to_numpy(achieved), to_numpy(goals)
-        new_rewards = np.asarray(self._compute_reward(achieved, goals, info), dtype=np.float32).reshape(-1)
+        n = len(achieved)
+        new_rewards = goal_function_values(self._compute_reward(achieved, goals, info), n, "compute_reward")
         rewards = batch.transition("reward")
         rewards[rows] = new_rewards if isinstance(rewards, np.ndarray) else torch.from_numpy(new_rewards).to(rewards.device)
         if self._compute_terminated is not None:
-            done = np.asarray(self._compute_terminated(achieved, goals, info), dtype=np.float32).reshape(-1)
+            done = goal_function_values(self._compute_terminated(achieved, goals, info), n, "compute_terminated")
             terminated = batch.transition("terminated")
             terminated[rows] = done if isinstance(terminated, np.ndarray) else torch.from_numpy(done).to(terminated.device)
 
@@ -411,18 +440,33 @@ class HerReplayBuffer(ReplayBuffer):
         """Read a buffer saved by :meth:`save`. Reward functions are code, so they are not in the file:
         pass ``env`` or ``compute_reward`` again."""
         meta, arrays, obs_space, act_space = cls._read(path)
-        buffer = cls(
-            observation_space=obs_space, action_space=act_space, env=env, device=device,
-            compute_reward=compute_reward, compute_terminated=compute_terminated, **meta["config"],
-        )
-        prefix = "storage/transition/" + INFO_PREFIX
-        for name, array in arrays.items():
-            if name.startswith(prefix):
-                buffer._declare_info_field(name[len("storage/transition/"):], FieldSpec(array.shape[2:], array.dtype))
-        buffer._restore(meta, arrays, seed)
+        with _file_errors(path):
+            buffer = cls(
+                observation_space=obs_space, action_space=act_space, env=env, device=device,
+                compute_reward=compute_reward, compute_terminated=compute_terminated, **meta["config"],
+            )
+            prefix = "storage/transition/" + INFO_PREFIX
+            for name, array in arrays.items():
+                if name.startswith(prefix):
+                    buffer._declare_info_field(name[len("storage/transition/"):], FieldSpec(array.shape[2:], array.dtype))
+            buffer._restore(meta, arrays, seed)
         if buffer._info_specs:
             buffer._probe()
         return buffer
+
+    FILE_CONFIG: ClassVar[dict[str, Rule | None]] = {
+        **ReplayBuffer.FILE_CONFIG, "n_sampled_goal": NON_NEGATIVE_INT,
+        "goal_selection_strategy": one_of("future", "final", "episode", "random"), "copy_info_dict": BOOL,
+        "online_sampling": BOOL, "max_episode_length": POSITIVE_INT,
+        "info_keys": None, "reward_context": None,  # lists of names, checked by the constructor
+    }
+
+    @classmethod
+    def _file_shapes(cls, config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        if config.get("online_sampling", True):
+            return super()._file_shapes(config)
+        return {"storage": (config.get("max_episode_length", DEFAULT_MAX_EPISODE_LENGTH) + 1, config.get("n_envs", 1)),
+                "relabeled": (max(config.get("buffer_size", 1), 1), 1)}
 
 
 def _sb3_1x_arguments(buffer_size: Any, env: Any, wrapped_env: Any, env_info: Any) -> Any:

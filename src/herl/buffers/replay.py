@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ from gymnasium import spaces
 
 from herl.buffers.samples import DictReplayBufferSamples, ReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, TorchEpisodeStorage, to_numpy
+from herl.errors import BOOL, POSITIVE_INT, ArchiveError, HerlError, NonFiniteError, Rule, check, number
 from herl.utils import get_device
 
 # info keys that are episode book-keeping, never inputs of a reward
@@ -108,6 +110,7 @@ class ReplayBuffer:
         beta: float = 0.4,
         priority_eps: float = 1e-6,
         storage_device: torch.device | str | None = None,
+        check_finite: bool = True,
     ) -> None:
         if int(buffer_size) != buffer_size or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
@@ -124,6 +127,9 @@ class ReplayBuffer:
         self._dict_obs = isinstance(observation_space, spaces.Dict)
         self._state_specs = state_specs(observation_space)
         self._action_spec = action_spec(action_space)
+        self.check_finite = bool(check_finite)
+        self._float_state_keys = tuple(k for k, spec in self._state_specs.items() if spec.dtype.kind == "f")
+        self._float_action = self._action_spec.dtype.kind == "f"
         self.storage = self._make_storage(self.buffer_size, self.n_envs, share_states=self.optimize_memory_usage)
         self._cpu_numpy = self.device.type == "cpu" and self.storage_device is None
         # fields stored flat but batched with their shape (images, multi-dimensional actions)
@@ -134,11 +140,11 @@ class ReplayBuffer:
         self._action_shape = (self.n_envs, *self._action_spec.shape)
         self._obs_shapes = {k: (self.n_envs, *spec.shape) for k, spec in self._state_specs.items()}
         self._no_flags = np.zeros(self.n_envs, dtype=bool)
+        for name, value in (("alpha", alpha), ("beta", beta), ("priority_eps", priority_eps)):
+            check(type(self).__name__, name, value, self.FILE_CONFIG[name])
         self.prioritized = bool(prioritized)
         self.alpha = float(alpha)
         self.beta = float(beta)
-        if priority_eps <= 0:
-            raise ValueError(f"priority_eps must be > 0 (a zero priority would never be drawn again), got {priority_eps}")
         self.priority_eps = float(priority_eps)
         if self.prioritized:
             self._attach_priorities(self.storage)
@@ -160,7 +166,7 @@ class ReplayBuffer:
         storage_class, extra = EpisodeStorage, {}
         if self.storage_device is not None:
             storage_class, extra = TorchEpisodeStorage, {"device": self.storage_device}
-        return storage_class(
+        storage = storage_class(
             **extra,
             rows=rows,
             n_envs=n_envs,
@@ -171,6 +177,11 @@ class ReplayBuffer:
             split_long_episodes=self._splits_long_episodes,
             size_argument=size_argument,
         )
+        # a NumPy storage checks the rows it writes (one reduction per block); a torch one would sync its device on
+        # every add, so its inputs are checked instead (see add)
+        storage.check_finite = self.check_finite and storage_class is EpisodeStorage
+        storage.on_non_finite = self._report_non_finite
+        return storage
 
     # ------------------------------------------------------------------ SB3-compatible counters
     @property
@@ -232,15 +243,51 @@ class ReplayBuffer:
             done = terminated | truncated
             n_done = None
         if type(reward) is not np.ndarray or reward.shape != self._batch_shape:
-            reward = self._reshape(to_numpy(reward).astype(np.float32, copy=False), (), "reward")
+            reward = self._reshape(to_numpy(reward), (), "reward").astype(np.float32, copy=False)
         if type(action) is not np.ndarray or action.shape != self._action_shape:
             action = self._reshape(self._array(action), self._action_spec.shape, "action")
         transitions = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated}
         if self._stores_infos:
             self._add_info_fields(transitions, infos)
-        self.storage.add(self._obs(obs, "obs"), self._obs(next_obs, "next_obs"), transitions, done, n_done)
+        obs, next_obs = self._obs(obs, "obs"), self._obs(next_obs, "next_obs")
+        if self.check_finite and not self.storage.check_finite:  # a torch storage: check the inputs
+            self._check_finite(obs, next_obs, action, reward)
+        self.storage.add(obs, next_obs, transitions, done, n_done)
         if self._on_episode_end is not None and self.storage.n_starting:
             self._on_episode_end()
+
+    def _report_non_finite(self, states: Mapping[str, Any], next_states: Mapping[str, Any],
+                           transitions: Mapping[str, Any]) -> None:
+        """Called by a NumPy storage whose rows just written hold NaN or infinity (it checks them in one reduction
+        per block): raise, naming the env and the field."""
+        self._check_finite(states, next_states, transitions["action"], transitions["reward"])
+        raise NonFiniteError("an info entry stored with the transition holds NaN or infinity; nothing of this add() "
+                             "was stored")
+
+    def _check_finite(self, obs: Mapping[str, Any], next_obs: Mapping[str, Any], action: Any, reward: Any) -> None:
+        """Refuse NaN or infinity before anything is stored (issue 10: one NaN observation made every weight and
+        the normalizer NaN, silently), naming the env and the field. One reduction per float field: a sum is finite
+        only if every element is (an overflowing sum of finite values is told apart by the exact check)."""
+        fields = [("next_obs", k, next_obs[k]) for k in self._float_state_keys]
+        fields += [("obs", k, obs[k]) for k in self._float_state_keys]
+        fields.append(("reward", None, reward))
+        if self._float_action:
+            fields.append(("action", None, action))
+        for what, key, value in fields:
+            if type(value) is np.ndarray:
+                if math.isfinite(np.add.reduce(value, None)):
+                    continue
+                bad = ~np.isfinite(value.reshape(self.n_envs, -1)).all(axis=1)
+            else:  # a torch tensor (torch storage)
+                bad = (~torch.isfinite(value.reshape(self.n_envs, -1)).all(dim=1)).cpu().numpy()
+            if bad.any():
+                env = int(np.flatnonzero(bad)[0])
+                name = what if key is None or not self._dict_obs else f"{what}[{key!r}]"
+                raise NonFiniteError(
+                    f"{name} of env {env} holds NaN or infinity; nothing of this add() was stored. Find where the "
+                    "env (or the code calling add) produces it: one non-finite number spreads to every network weight "
+                    "and normalizer statistic. (check_finite=False turns this check off.)"
+                )
 
     def _add_info_fields(self, transitions: dict[str, np.ndarray], infos: Any) -> None:
         """Hook for subclasses that store info keys (HER with ``copy_info_dict``)."""
@@ -273,6 +320,9 @@ class ReplayBuffer:
     def _reshape(self, value: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
         """Accept ``(n_envs, *shape)``, or ``shape`` alone for one env; anything else is an error that says so."""
         expected = (self.n_envs, *shape)
+        if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
+            raise ValueError(f"{name} holds {value.dtype} values ({value.ravel()[:3]!r}...), not numbers: pass numeric "
+                             "arrays")
         if value.shape == expected:
             return value
         if self.n_envs == 1 and value.shape == shape:
@@ -423,7 +473,7 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ persistence
     FILE_KIND = "replay_buffer"
-    FILE_VERSION = 1
+    FILE_VERSION = 2  # 2: per-row arrays hold the rows written so far only (version 1 files, all rows, still load)
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -436,6 +486,7 @@ class ReplayBuffer:
             "beta": self.beta,
             "priority_eps": self.priority_eps,
             "storage_device": None if self.storage_device is None else str(self.storage_device),
+            "check_finite": self.check_finite,
         }
 
     def _storages(self) -> dict[str, EpisodeStorage]:
@@ -446,7 +497,8 @@ class ReplayBuffer:
         from herl.io import space_to_json, write_archive
 
         arrays = {
-            f"{prefix}/{name}": array for prefix, storage in self._storages().items() for name, array in storage.arrays().items()
+            f"{prefix}/{name}": array for prefix, storage in self._storages().items()
+            for name, array in storage.arrays(written_only=True).items()
         }
         meta = {
             "class": type(self).__name__,
@@ -457,14 +509,45 @@ class ReplayBuffer:
         }
         write_archive(path, kind=self.FILE_KIND, version=self.FILE_VERSION, meta=meta, arrays=arrays)
 
+    # What a file's config may hold, with its rules; checked before anything is built from it (issue 10).
+    FILE_CONFIG: ClassVar[dict[str, Rule | None]] = {
+        "buffer_size": POSITIVE_INT, "n_envs": POSITIVE_INT, "optimize_memory_usage": BOOL,
+        "handle_timeout_termination": BOOL, "prioritized": BOOL, "alpha": number(0.0), "beta": number(0.0, 1.0),
+        "priority_eps": number(0.0, low_open=True, note="a zero priority would never be drawn again"), "storage_device": Rule("choice", choices=(None,), also=()),
+        "check_finite": BOOL,
+    }
+
     @classmethod
     def _read(cls, path: str | os.PathLike):
         from herl.io import read_archive, space_from_json
 
         meta, arrays = read_archive(path, kind=cls.FILE_KIND, max_version=cls.FILE_VERSION)
         if meta.get("class") != cls.__name__:
-            raise ValueError(f"{path} holds a {meta.get('class')}, not a {cls.__name__}: load it with {meta.get('class')}.load")
-        return meta, arrays, space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
+            raise ArchiveError(f"{path} holds a {meta.get('class')}, not a {cls.__name__}: load it with "
+                               f"{meta.get('class')}.load")
+        with _file_errors(path):
+            config = meta.get("config")
+            if not isinstance(config, dict):
+                raise ArchiveError(f"{path}: its config is missing or not a mapping: the file is damaged")
+            unknown = sorted(set(config) - set(cls.FILE_CONFIG))
+            if unknown:
+                raise ArchiveError(f"{path}: its config holds {unknown}, which are not {cls.__name__} settings")
+            for key, value in config.items():
+                rule = cls.FILE_CONFIG[key]
+                if rule is not None and not (key == "storage_device" and isinstance(value, str)):
+                    check(f"{path}: the saved", key, value, rule)
+            for prefix, (rows, n_envs) in cls._file_shapes(config).items():
+                found = getattr(arrays.get(f"{prefix}/is_transition"), "shape", None)
+                if found is None or len(found) != 2 or found[1] != n_envs or found[0] > rows:
+                    raise ArchiveError(f"{path}: its {prefix} holds rows shaped {found}, but its config says at most "
+                                       f"{(rows, n_envs)}: the file is damaged")
+            return meta, arrays, space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
+
+    @classmethod
+    def _file_shapes(cls, config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        """The ``(rows, n_envs)`` of each storage a file with ``config`` holds."""
+        n_envs = config.get("n_envs", 1)
+        return {"storage": (max(config.get("buffer_size", 1) // n_envs, 1), n_envs)}
 
     def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], seed: int | None) -> None:
         for prefix, storage in self._storages().items():
@@ -479,6 +562,18 @@ class ReplayBuffer:
     def load(cls, path: str | os.PathLike, *, device: torch.device | str = "auto", seed: int | None = None) -> ReplayBuffer:
         """Read a buffer saved by :meth:`save`. ``seed`` reseeds sampling; by default it continues as saved."""
         meta, arrays, obs_space, act_space = cls._read(path)
-        buffer = cls(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
-        buffer._restore(meta, arrays, seed)
+        with _file_errors(path):
+            buffer = cls(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
+            buffer._restore(meta, arrays, seed)
         return buffer
+
+
+@contextlib.contextmanager
+def _file_errors(path: str | os.PathLike):
+    """Turn what a damaged file makes numpy, torch or a constructor raise into an ArchiveError naming the file."""
+    try:
+        yield
+    except HerlError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError, OverflowError, AttributeError) as err:
+        raise ArchiveError(f"{path}: a damaged buffer file ({type(err).__name__}: {err})") from err

@@ -36,6 +36,19 @@ from typing import Any
 import numpy as np
 
 from herl.buffers.strategies import uniform_integers
+from herl.errors import CorruptFileError
+
+_MAX_REJECTION_ROUNDS = 64
+
+
+def _check_priorities(state: Mapping[str, np.ndarray], is_transition: np.ndarray) -> None:
+    leaves, top = state.get("leaves"), state.get("max_priority")
+    if leaves is None or top is None or leaves.shape != is_transition.shape or top.shape != (1,):
+        raise CorruptFileError("the saved buffer's priorities are missing or misshapen: the file is damaged")
+    if not (np.isfinite(leaves).all() and (leaves >= 0).all() and np.isfinite(top).all() and top[0] > 0):
+        raise CorruptFileError("the saved buffer's priorities are not finite non-negative numbers: the file is damaged")
+    if (leaves[~is_transition] > 0).any():
+        raise CorruptFileError("the saved buffer gives priority to rows that hold no transition: the file is damaged")
 
 
 def _reshaped(array, shape: tuple[int, ...]):
@@ -138,6 +151,9 @@ class EpisodeStorage:
         self.lockstep = True
         self._envs = np.arange(n_envs)
         self.priorities = None  # a PriorityTree over flat rows, for prioritized replay
+        # the finiteness guard: the buffer sets these (on_non_finite raises, naming the env and the key)
+        self.check_finite = False
+        self.on_non_finite = None
 
     # ------------------------------------------------------------------ layout
     def _field_specs(self) -> dict[tuple[str, str], FieldSpec]:
@@ -164,6 +180,7 @@ class EpisodeStorage:
             widths[spec.dtype] = offset + spec.size
         flat_rows = self.rows * self.n_envs
         self._blocks = {dtype: self._zeros((flat_rows, width), dtype) for dtype, width in widths.items()}
+        self._float_blocks = [block for dtype, block in self._blocks.items() if np.dtype(dtype).kind == "f"]
         views = {key: self._field_view(self._blocks[dtype], offset, spec) for key, (dtype, offset, spec) in self._columns.items()}
         self.flat_states = {k: views[("s", k)] for k in self.state_fields}
         self.flat_next_states = self.flat_states if self.share_states else {k: views[("n", k)] for k in self.state_fields}
@@ -295,6 +312,10 @@ class EpisodeStorage:
         flat_transitions = self.flat_transitions
         for k in self._transition_names:
             flat_transitions[k][at] = transitions[k]
+        if self.check_finite and not self._rows_finite(at, at_next if share else None):
+            # nothing is booked yet: the rows just written belong to no episode (retired, or never used) and the
+            # next add writes them again, so the transition is not stored
+            self.on_non_finite(states, next_states, transitions)
         self._flat_is_transition[at] = True
         if self.priorities is not None:
             self.priorities.add_many(np.arange(at.start, at.stop) if isinstance(at, slice) else at)
@@ -313,6 +334,17 @@ class EpisodeStorage:
             for k in self.end_fields:
                 flat_transitions[k][at] = transitions[k]
             self.close(np.flatnonzero(done))
+
+    def _rows_finite(self, at, at_next) -> bool:
+        """Whether the float rows just written hold only finite numbers: one reduction per float block, as a row packs
+        its observation, goals, action and reward side by side (issue 10's guard, ~1 µs an add; a sum is finite only
+        if every term is, and an overflowing sum of finite numbers is told apart by the exact check)."""
+        for block in self._float_blocks:
+            for where in (at, at_next) if at_next is not None else (at,):
+                rows = block[where]
+                if not math.isfinite(np.add.reduce(rows, None)) and not np.isfinite(rows).all():
+                    return False
+        return True
 
     def _begin_episodes(self, at, states: Mapping[str, np.ndarray]) -> None:
         """Start an episode in every env that has none open, at the row it writes now (``at``: flat indices)."""
@@ -471,7 +503,12 @@ class EpisodeStorage:
         accept = n_valid / window
         chunks: list[np.ndarray] = []
         missing = n
-        while missing > 0:
+        # Each round draws 10% more candidates than the acceptance rate needs, so a round falls short with a
+        # vanishing probability and 64 in a row never do; counters that disagree with the rows (a damaged file the
+        # load checks missed) would otherwise loop forever (issue 10).
+        for _ in range(_MAX_REJECTION_ROUNDS):
+            if missing <= 0:
+                break
             candidates = uniform_integers(rng, 0, window, int(missing / accept * 1.1) + 16)
             ok = self._flat_is_transition[candidates]
             if complete_only:
@@ -479,6 +516,12 @@ class EpisodeStorage:
             accepted = candidates[ok][:missing]
             chunks.append(accepted)
             missing -= len(accepted)
+        else:
+            raise CorruptFileError(
+                f"sampling found {n - missing} of {n} transitions in {_MAX_REJECTION_ROUNDS} rounds: the buffer's "
+                "book-keeping contradicts its rows (a damaged or edited buffer file?); reset() the buffer or load "
+                "another file"
+            )
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
     def episode_position(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -513,8 +556,13 @@ class EpisodeStorage:
         return self.field("n", name, flat)
 
     # ------------------------------------------------------------------ persistence
-    def arrays(self) -> dict[str, np.ndarray]:
-        """Every array that defines the storage's contents, by a stable name."""
+    # Per-row arrays: saved for the rows written so far only (issue 10: a 300-step run with the default capacity
+    # wrote 102 MB of zeros); rows past the window are empty by construction (writes start at row 0, in order).
+    _PER_ROW = ("state/", "next_state/", "transition/", "episode_rows", "is_transition", "head", "priority/leaves")
+
+    def arrays(self, *, written_only: bool = False) -> dict[str, np.ndarray]:
+        """Every array that defines the storage's contents, by a stable name; ``written_only``: the per-row arrays cut
+        to the rows written so far (what files hold)."""
         out = {f"state/{k}": to_numpy(v) for k, v in self.states.items()}
         if not self.share_states:
             out.update({f"next_state/{k}": to_numpy(v) for k, v in self.next_states.items()})
@@ -526,37 +574,115 @@ class EpisodeStorage:
         )
         if self.priorities is not None:
             out.update({f"priority/{k}": v for k, v in self.priorities.state().items()})
+        if written_only:
+            n = self.window
+            out = {name: (a[: n * self.n_envs] if name == "priority/leaves" else a[:n]) if name.startswith(self._PER_ROW)
+                   else a for name, a in out.items()}
         return out
 
     def _assign(self, target, source: np.ndarray) -> None:
         target[...] = source
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
-        """Fill this (freshly built, same-shaped) storage from :meth:`arrays` output."""
+        """Fill this (freshly built, same-shaped) storage from :meth:`arrays` output (whole, or ``written_only``)."""
         targets = self.arrays()
         live = {f"state/{k}": v for k, v in self.states.items()}
         live.update({f"next_state/{k}": v for k, v in self.next_states.items()} if not self.share_states else {})
         live.update({f"transition/{k}": v for k, v in self.transitions.items()})
+        counters = arrays.get("counters")
+        if counters is None or counters.shape != (3,):
+            raise CorruptFileError("the saved buffer's counters are missing or misshapen: the file is damaged")
+        written = int(counters[2])  # the window: rows a file written with written_only holds
+        arrays = dict(arrays)
+        if "priority/leaves" in arrays and len(arrays["priority/leaves"]) == written * self.n_envs:
+            arrays["priority/leaves"] = np.concatenate(
+                [arrays["priority/leaves"], np.zeros(self.rows * self.n_envs - len(arrays["priority/leaves"]))])
         for name, target in targets.items():
             if name not in arrays:
                 raise ValueError(f"saved buffer lacks the array {name!r}: the file is incomplete or not a herl buffer")
             source = arrays[name]
-            if source.shape != target.shape or source.dtype != target.dtype:
+            rows = source.shape[0] if source.ndim and name.startswith(self._PER_ROW) and name != "priority/leaves" \
+                else None
+            if rows is not None and rows == written <= self.rows and source.shape[1:] == target.shape[1:]:
+                shape_ok = True
+            else:
+                rows, shape_ok = None, source.shape == target.shape
+            if not shape_ok or source.dtype != target.dtype:
                 raise ValueError(
                     f"saved array {name!r} has shape {source.shape} and dtype {source.dtype}, expected "
-                    f"{target.shape} and {target.dtype}: the file does not match the buffer's configuration"
+                    f"{target.shape} (or its first {written} rows) and {target.dtype}: the file does not match the "
+                    "buffer's configuration"
                 )
             if name in live:  # data (possibly torch tensors on a device); targets[name] is a host copy
-                self._assign(live[name], source)
+                self._assign(live[name] if rows is None else live[name][:rows], source)
             elif name not in ("pos", "counters") and not name.startswith("priority/"):
-                target[...] = source
+                if rows is None:
+                    target[...] = source
+                else:
+                    target[:rows] = source
+                    target[rows:] = 0
         self.n_adds, self.n_starting, self.window = (int(x) for x in arrays["counters"])
         self._set_pos(arrays["pos"].copy())
         self.heads[:] = self.head.sum(axis=1)
         if self.priorities is not None:
-            self.priorities.restore({k[len("priority/"):]: v for k, v in arrays.items() if k.startswith("priority/")})
+            priorities = {k[len("priority/"):]: v for k, v in arrays.items() if k.startswith("priority/")}
+            _check_priorities(priorities, self._flat_is_transition)
+            self.priorities.restore(priorities)
         self.n_transitions = int(self.is_transition.sum())
         self._set_min_began()
+        try:
+            self.check_consistency()
+        except CorruptFileError:
+            self.clear()  # never leave a half-restored storage behind
+            raise
+
+    def check_consistency(self) -> None:
+        """Raise :class:`~herl.errors.CorruptFileError` if the episode book-keeping contradicts itself.
+
+        Sampling trusts these arrays (the rejection sampler's acceptance rate, an episode's start and length for
+        its future goals), so a loaded file is checked once here rather than on every sample (issue 10: a
+        hand-edited buffer made sample() loop forever).
+        """
+        rows, n_envs, share = self.rows, self.n_envs, int(self.share_states)
+
+        def fail(what: str) -> None:
+            raise CorruptFileError(f"the saved buffer is inconsistent: {what}. The file is damaged or was edited; "
+                                   "it cannot be sampled from safely (load another one, or start an empty buffer)")
+
+        if not (0 <= self.window <= rows and self.n_adds >= 0 and 0 <= self.n_starting <= n_envs):
+            fail(f"counters (n_adds={self.n_adds}, n_starting={self.n_starting}, window={self.window}) out of range "
+                 f"for {rows} rows and {n_envs} env(s)")
+        pos = self.pos
+        if pos.min() < 0 or pos.max() >= rows:
+            fail(f"write positions {pos.tolist()} outside [0, {rows})")
+        open_ = self.open_start >= 0
+        if self.open_start.min() < -1 or self.open_start.max() >= rows or int((~open_).sum()) != self.n_starting:
+            fail(f"open episodes' first rows {self.open_start.tolist()} do not match n_starting={self.n_starting}")
+        open_len = self.n_adds - self.open_began
+        if (open_ & ((self.open_began < 0) | (open_len < 0) | (open_len + share >= rows))).any():
+            fail(f"open episodes' lengths {np.where(open_, open_len, 0).tolist()} do not fit {rows} rows")
+        starts, lengths = self.ep_start, self.ep_len
+        if starts.min() < 0 or starts.max() >= rows or lengths.min() < 0 or lengths.max() + share > rows:
+            fail("episode starts or lengths outside the rows")
+        row_index = np.arange(rows)[:, None]
+        closed = lengths > 0
+        if ((row_index - starts) % rows >= lengths + share)[closed].any():
+            fail("a row lies outside the closed episode it is booked to")
+        if (self.head & ~(closed & (starts == row_index))).any():
+            fail("an episode head that is not the first row of a closed episode")
+        envs = np.arange(n_envs)[None, :]
+        if (closed & ((lengths[starts, envs] != lengths) | (starts[starts, envs] != starts))).any():
+            fail("rows of one episode that disagree on its first row or its length")
+        transition = self.is_transition
+        if transition[self.window:].any():
+            fail(f"transitions booked beyond the {self.window} rows written")
+        orphan = transition & ~closed
+        if orphan.any():  # rows of a running episode: within its stored part
+            offset = (row_index - self.open_start[None, :]) % rows
+            if (orphan & ~(open_[None, :] & (offset < open_len[None, :]))).any():
+                fail("a transition that belongs to no episode")
+        if (closed & ~transition).any() and not share:
+            fail("a closed episode's row that holds no transition")
 
 
 class TorchEpisodeStorage(EpisodeStorage):

@@ -24,7 +24,9 @@ import torch
 from gymnasium import spaces
 
 from herl.buffers import HerReplayBuffer
+from herl.buffers.goal_functions import goal_function_values
 from herl.buffers.storage import GatheredRows
+from herl.errors import NON_NEGATIVE_INT, NonFiniteError, as_integer
 
 # Engine observation keys for extra env_dict entries (e.g. "done"): prefixed so that a user's key
 # can never collide with the goal-env keys. See _extra_key.
@@ -126,10 +128,10 @@ class HindsightReplayBuffer:
             )
         if per["eps"] <= 0:
             raise ValueError(f"eps must be > 0 (a zero priority would never be drawn again), got {per['eps']}")
-        if int(size) != size or size < 1:
-            raise ValueError(f"size must be a positive integer, got {size!r}")
-        if int(max_episode_len) != max_episode_len or max_episode_len < 1:
-            raise ValueError(f"max_episode_len must be a positive integer, got {max_episode_len!r}")
+        owner = "HindsightReplayBuffer"
+        size = as_integer(owner, "size", size)
+        max_episode_len = as_integer(owner, "max_episode_len", max_episode_len)
+        additional_goals = as_integer(owner, "additional_goals", additional_goals, NON_NEGATIVE_INT)
         if strategy not in ("future", "episode", "random", "final"):
             raise ValueError(f"unknown strategy {strategy!r}: use 'future', 'episode', 'random' or 'final'")
         for role, name in (("state", state), ("action", action), ("next_state", next_state)):
@@ -250,15 +252,38 @@ class HindsightReplayBuffer:
         length = self._episode_len
         if length == 0:
             return
-        self._episode_len = 0
+        # Everything that can fail (the goal's shape, goal_func, reward_func) runs before the episode leaves the
+        # staging area: an error leaves the buffer as it was, and a retry with the right goal stores the episode.
         episode = {name: values[:length] for name, values in self._episode.items()}
         states, next_states, actions = episode[self.state], episode[self.next_state], episode[self.action]
-        desired = np.broadcast_to(np.asarray(goal, dtype=self.goal_dtype).reshape(-1, *self.goal_shape), (length, *self.goal_shape))
+        desired = self._goal_rows(goal, length)
         obs = {"observation": states, "achieved_goal": self._goals(states), "desired_goal": desired}
         next_obs = {"observation": next_states, "achieved_goal": self._goals(next_states), "desired_goal": desired}
         for name in self.extras:
             obs[_extra_key(name)] = next_obs[_extra_key(name)] = episode[name]
-        rewards = np.asarray(self.reward_func(next_states, actions, desired), dtype=np.float32).reshape(length)
+        rewards = goal_function_values(self.reward_func(next_states, actions, desired), length, "reward_func")
+        for name, values in [*obs.items(), *((f"next {k}", v) for k, v in next_obs.items()), ("action", actions)]:
+            if values.dtype.kind == "f" and not np.isfinite(values).all():
+                raise NonFiniteError(f"the episode's {name} holds NaN or infinity: nothing was stored (the episode "
+                                     "stays staged; clear() drops it)")
+        try:
+            self._store_episode(obs, next_obs, actions, rewards, length)
+        except BaseException:
+            self._engine.storage.clear()  # the staging area holds only this episode: drop its partial copy
+            raise
+        self._episode_len = 0
+
+    def _goal_rows(self, goal: Any, length: int) -> np.ndarray:
+        try:
+            goal = np.asarray(goal, dtype=self.goal_dtype)
+            return np.broadcast_to(goal.reshape(-1, *self.goal_shape), (length, *self.goal_shape))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"on_episode_end(goal): goal has shape {np.shape(goal)}, expected {self.goal_shape} (one "
+                             f"goal) or ({length}, *{self.goal_shape}) (one per transition) ({err}); nothing was "
+                             "stored, the episode stays staged for a retry") from None
+
+    def _store_episode(self, obs: dict[str, np.ndarray], next_obs: dict[str, np.ndarray], actions: np.ndarray,
+                       rewards: np.ndarray, length: int) -> None:
         # The engine takes one transition per call (rows shaped (1, ...)); the last one ends the
         # episode, which relabels it into the main store (engine change wanted: add a whole episode
         # in one call). Iterating arrays with an added axis yields those rows as views, cheaply.

@@ -20,6 +20,7 @@ import torch
 from gymnasium import spaces
 
 from herl.buffers import HerReplayBuffer
+from herl.errors import NON_NEGATIVE_INT, as_integer
 
 # The engine's samples carry terminations only (as `dones`); truncation flags ride along as an
 # extra observation key so that batches can carry them (engine change wanted: a `truncated` field
@@ -94,16 +95,15 @@ class HerReplayStorage:
                 f"HerReplayStorage needs a Dict observation space (observation, achieved_goal, desired_goal), got "
                 f"{type(observation_space).__name__}"
             )
-        if int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        owner = "HerReplayStorage"
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = torch.device(device)
-        self.storage_size = int(storage_size)
-        self.num_envs = int(num_envs)
-        self.batch_size = int(batch_size)
+        self.storage_size = as_integer(owner, "storage_size", storage_size)
+        self.num_envs = as_integer(owner, "num_envs", num_envs)
+        self.batch_size = as_integer(owner, "batch_size", batch_size)
         self.goal_selection_strategy = goal_selection_strategy
-        self.num_goals = int(num_goals)
+        self.num_goals = as_integer(owner, "num_goals", num_goals, NON_NEGATIVE_INT)
         self.copy_info_dict = bool(copy_info_dict)
         self._keys = list(observation_space.spaces)
         stored_space = spaces.Dict({**observation_space.spaces, _TRUNCATED_KEY: spaces.Box(0, 1, (), bool)})

@@ -47,24 +47,32 @@ class BatchRenorm(nn.Module):
         self.r_max, self.d_max = float(r_max), float(d_max)
 
     def forward(self, x: torch.Tensor, *, detach_params: bool = False) -> torch.Tensor:
-        if self.training:
-            var, mean = torch.var_mean(x, dim=-2, keepdim=True)
-            if int(self.steps) >= self.warmup_steps:
-                running_std = (self.running_var + self.eps).sqrt()
-                std = (var + self.eps).sqrt()
-                r = (std / running_std).detach().clamp_(1.0 / self.r_max, self.r_max)
-                d = ((mean - self.running_mean) / running_std).detach().clamp_(-self.d_max, self.d_max)
-                x_hat = (x - mean) / std * r + d  # = (x - (mean - d * std / r)) / (std / r)
-            else:
-                x_hat = (x - mean) / (var + self.eps).sqrt()
-            with torch.no_grad():
-                self.running_mean.lerp_(mean, self.momentum)
-                self.running_var.lerp_(var, self.momentum)
-                self.steps += 1
-        else:
-            x_hat = (x - self.running_mean) / (self.running_var + self.eps).sqrt()
+        # Written as a centring and one addcmul with per-feature scale and shift (the renormalization and the
+        # affine map folded into them): few passes over the batch. torch.var/var_mean are avoided: on CPU they
+        # took ~10x as long as the mean of squares here.
         weight, bias = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
-        return torch.addcmul(bias, x_hat, weight)
+        if not self.training:
+            scale = weight * (self.running_var + self.eps).rsqrt()
+            return torch.addcmul(bias - self.running_mean * scale, x, scale)
+        n = x.shape[-2]
+        mean = x.mean(dim=-2, keepdim=True)
+        centered = x - mean
+        var = centered.square().sum(dim=-2, keepdim=True) / max(n - 1, 1)  # unbiased, as torch.var
+        inv_std = (var + self.eps).rsqrt()
+        if int(self.steps) >= self.warmup_steps:
+            with torch.no_grad():
+                running_inv_std = (self.running_var + self.eps).rsqrt()
+                r = (running_inv_std / inv_std).clamp_(1.0 / self.r_max, self.r_max)  # batch std / running std
+                d = ((mean - self.running_mean) * running_inv_std).clamp_(-self.d_max, self.d_max)
+            # weight * (x_hat * r + d) + bias, x_hat = centered * inv_std
+            out = torch.addcmul(torch.addcmul(bias, weight, d), centered, weight * r * inv_std)
+        else:
+            out = torch.addcmul(bias, centered, weight * inv_std)
+        with torch.no_grad():
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var, self.momentum)
+            self.steps += 1
+        return out
 
 
 class RenormMLP(nn.Module):

@@ -84,11 +84,13 @@ class SquashedGaussianActor(nn.Module):
     """SAC's policy: a Gaussian over pre-squash actions, squashed into [-1, 1] by tanh (Haarnoja et al. 2018, app. C)."""
 
     def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
-                 generator: torch.Generator | None = None, net: nn.Module | None = None) -> None:
+                 generator: torch.Generator | None = None, net: nn.Module | None = None, squash_eps: float = 0.0) -> None:
         """``net``: the network from inputs to the Gaussian's means and log standard deviations (``2 *
-        action_dim`` outputs) instead of an :class:`MLP` (CrossQ's has batch renormalization)."""
+        action_dim`` outputs) instead of an :class:`MLP` (CrossQ's has batch renormalization).
+        ``squash_eps``: see :attr:`herl.algorithms.sac.SACConfig.squash_eps`."""
         super().__init__()
         self.net = net if net is not None else MLP(in_dim, 2 * action_dim, hidden, activation=activation, generator=generator)
+        self.squash_eps = float(squash_eps)
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions for ``x`` and their log-probabilities ``(batch, 1)``; ``noise=None`` gives the mean action."""
@@ -98,10 +100,14 @@ class SquashedGaussianActor(nn.Module):
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         pre_tanh = mean + log_std.exp() * noise
         # log N(u; mean, std) - log|d tanh(u)/du|, with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), the
-        # stable form (no 1e-6 fudge near |a| = 1)
+        # stable exact form; or SB3's log(1 - tanh(u)^2 + eps), which never goes below log(eps)
         log_prob = -0.5 * noise.square() - log_std - _HALF_LOG_2PI
-        log_prob = log_prob - 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
-        return torch.tanh(pre_tanh), log_prob.sum(dim=-1, keepdim=True)
+        action = torch.tanh(pre_tanh)
+        if self.squash_eps > 0:
+            log_prob = log_prob - torch.log(1.0 - action.square() + self.squash_eps)
+        else:
+            log_prob = log_prob - 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
+        return action, log_prob.sum(dim=-1, keepdim=True)
 
 
 class DeterministicActor(nn.Module):

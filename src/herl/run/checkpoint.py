@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from herl.errors import ArchiveError
 from herl.io.archive import read_archive, write_archive
 from herl.run.envs import ReplayMismatch, recorders
 
@@ -85,12 +86,46 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
-    """The checkpoint ``latest.json`` names, or None when the run has none yet."""
-    pointer = Path(run_dir) / CHECKPOINTS / LATEST
+    """The checkpoint ``latest.json`` names, or None when the run has none yet.
+
+    A ``latest.json`` that is damaged, names something other than a checkpoint folder of this run (it never points
+    outside it), or names one that is incomplete, is not trusted: the newest complete checkpoint is used instead, with a
+    warning that says so (issue 10).
+    """
+    root = Path(run_dir) / CHECKPOINTS
+    pointer = root / LATEST
     if not pointer.exists():
-        return None
-    data = json.loads(pointer.read_text(encoding="utf-8"))
-    return Checkpoint(pointer.parent / data["path"], int(data["step"]))
+        found = complete_checkpoints(run_dir)
+        return found[0] if found else None
+    try:
+        data = json.loads(pointer.read_text(encoding="utf-8"))
+        name, step = data["path"], data["step"]
+        if not (isinstance(name, str) and type(step) is int and name == f"step_{step:012d}"):
+            raise ValueError(f"it names {name!r} at step {step!r}")
+        checkpoint = Checkpoint(root / name, step)
+        if not _complete(checkpoint.path):
+            raise ValueError(f"{name} is missing or incomplete")
+        return checkpoint
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, OSError) as err:
+        found = complete_checkpoints(run_dir)
+        instead = f"resuming from {found[0].path.name} instead" if found else "and there is no other checkpoint"
+        warnings.warn(f"{pointer} is not usable ({err}): {instead}", stacklevel=2)
+        return found[0] if found else None
+
+
+def complete_checkpoints(run_dir: Path) -> list[Checkpoint]:
+    """The checkpoint folders of ``run_dir`` that hold every file, newest first."""
+    out = []
+    for path in (Path(run_dir) / CHECKPOINTS).glob("step_*"):
+        suffix = path.name[len("step_"):]
+        if suffix.isdigit() and _complete(path):
+            out.append(Checkpoint(path, int(suffix)))
+    return sorted(out, key=lambda c: c.step, reverse=True)
+
+
+def _complete(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and all((path / f).is_file() for f in (MODEL_FILE, BUFFER_FILE,
+                                                                                          STATE_FILE))
 
 
 def write_checkpoint(run_dir: Path, model: Any, env: Any, *, wall_time: float, keep: int = 2) -> Checkpoint:
@@ -142,9 +177,15 @@ def _prune(root: Path, keep: int) -> None:
 
 
 def remove_partial_checkpoints(run_dir: Path) -> None:
-    """Delete temporary folders left by a process killed while writing a checkpoint."""
-    for tmp in (Path(run_dir) / CHECKPOINTS).glob(".tmp-*"):
+    """Delete what a process killed while writing left behind: temporary checkpoint folders, and the temporary files
+    of atomic writes (``.<name>.<random>.tmp``) in the run folder and its checkpoints. Call it holding the run's lock."""
+    run_dir = Path(run_dir)
+    for tmp in (run_dir / CHECKPOINTS).glob(".tmp-*"):
         shutil.rmtree(tmp, ignore_errors=True)
+    for folder in (run_dir, run_dir / CHECKPOINTS):
+        for tmp in folder.glob(".*.tmp"):
+            if tmp.is_file():
+                tmp.unlink(missing_ok=True)
 
 
 def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -186,8 +227,18 @@ def load_checkpoint(checkpoint: Checkpoint, env: Any, *, device: str = "auto") -
     meta, arrays = read_archive(checkpoint.path / STATE_FILE, kind=STATE_KIND, max_version=STATE_VERSION)
     model = OffPolicyAlgorithm.load(checkpoint.model_path, env=env, device=device)
     model.load_replay_buffer(checkpoint.path / BUFFER_FILE, truncate_last_traj=False)
-    for key, value in meta["scalars"].items():
-        if type(getattr(model, key, None)) is type(value):
+    try:
+        return _restore_loop_state(model, env, meta, arrays)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as err:
+        if isinstance(err, ArchiveError):
+            raise
+        raise ArchiveError(f"{checkpoint.path / STATE_FILE}: a damaged training state ({type(err).__name__}: {err})") \
+            from err
+
+
+def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[Any, float]:
+    for key, value in meta["scalars"].items():  # only the numbers a checkpoint saves, never settings such as verbose
+        if type(value) in (int, float, bool) and key not in _NOT_STATE and type(getattr(model, key, None)) is type(value):
             setattr(model, key, value)
     maxlen = model.ep_info_buffer.maxlen
     model.ep_info_buffer = deque(meta["ep_info_buffer"], maxlen=maxlen)

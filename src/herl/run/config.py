@@ -148,6 +148,8 @@ class TrainConfig:
     """Periodic checkpoints."""
     preset: str | None = None
     """The preset the settings came from, if any."""
+    notes: tuple[str, ...] = ()
+    """What herl chose that the settings did not say (e.g. the buffer_size), repeated in the run's summary."""
 
     def to_json(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -165,6 +167,7 @@ class TrainConfig:
             noise=NoiseSettings(**data.pop("noise", {})),
             eval=EvalSettings(**data.pop("eval", {})),
             checkpoint=CheckpointSettings(**data.pop("checkpoint", {})),
+            notes=tuple(data.pop("notes", ())),
             **data,
         )
 
@@ -278,12 +281,13 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
     if settings["noise"].type == "auto":
         noise_type = "normal" if algo in ("ddpg", "td3") else "none"
         settings["noise"] = dataclasses.replace(settings["noise"], type=noise_type)
+    _check_algorithm_settings(algo, hyperparameters, settings["policy"])
     config = TrainConfig(
         algo=algo, env=env, env_kwargs=sections["env"], seed=seed, preset=preset, hyperparameters=hyperparameters,
         her=settings["her"] if her_on else None, policy=settings["policy"], noise=settings["noise"],
         eval=settings["eval"], checkpoint=settings["checkpoint"], **run,
     )
-    _validate(config)
+    validate_config(config)
     return config
 
 
@@ -291,8 +295,27 @@ def _section(cls: type, values: dict[str, Any], name: str) -> Any:
     defaults = cls()
     coerced = {k: _coerce(v, getattr(defaults, k), f"{name}.{k}") for k, v in values.items()}
     if coerced.get("net_arch") is not None:
-        coerced["net_arch"] = tuple(int(x) for x in coerced["net_arch"])
+        from herl.training.config import _arch
+
+        try:
+            coerced["net_arch"] = _arch(coerced["net_arch"], "policy.net_arch")
+        except ValueError as err:
+            raise CLIError(str(err)) from None
     return cls(**coerced)
+
+
+def _check_algorithm_settings(algo: str, hyperparameters: Mapping[str, Any], policy: PolicySettings) -> None:
+    """Validate the hyperparameters and the network settings now, by the algorithm's own configs (the path the
+    Python API and model files take), so that a bad value stops the command before any env is built."""
+    from herl.training.config import PolicyConfig
+
+    cls = algorithm_class(algo)
+    try:
+        cls.config_class.from_kwargs(hyperparameters)
+        PolicyConfig.from_kwargs(policy.to_policy_kwargs(), cls.default_net_arch, cls.default_n_critics,
+                                 cls.policy_options)
+    except (ValueError, TypeError) as err:
+        raise CLIError(str(err)) from None
 
 
 def _coerce(value: Any, default: Any, key: str) -> Any:
@@ -314,22 +337,36 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
     return value
 
 
-def _validate(config: TrainConfig) -> None:
+def validate_config(config: TrainConfig) -> None:
+    """Raise a CLIError naming the first setting of ``config`` that is not allowed (also for a config.json read back)."""
     from herl.buffers.strategies import KEY_TO_GOAL_STRATEGY
 
-    for name in ("timesteps", "n_envs", "threads", "log_interval"):
-        if getattr(config, name) < 1:
-            raise CLIError(f"{name} must be at least 1, got {getattr(config, name)}")
+    if not isinstance(config.algo, str) or not isinstance(config.env, str) or not isinstance(config.env_kwargs, Mapping) \
+            or not isinstance(config.hyperparameters, Mapping) or type(config.seed) is not int:
+        raise CLIError("algo and env must be names, env_kwargs and hyperparameters mappings, seed a whole number")
+    _check_algorithm_settings(config.algo, config.hyperparameters, config.policy)
+
+    from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ConfigError, check, number, one_of
+
+    rules = [("timesteps", config.timesteps, POSITIVE_INT), ("n_envs", config.n_envs, POSITIVE_INT),
+             ("threads", config.threads, POSITIVE_INT), ("log_interval", config.log_interval, POSITIVE_INT),
+             ("noise.type", config.noise.type, one_of(*NOISE_TYPES[1:])), ("noise.sigma", config.noise.sigma, number(0.0)),
+             ("eval.freq", config.eval.freq, NON_NEGATIVE_INT), ("eval.episodes", config.eval.episodes, POSITIVE_INT),
+             ("eval.deterministic", config.eval.deterministic, BOOL),
+             ("checkpoint.freq", config.checkpoint.freq, NON_NEGATIVE_INT),
+             ("checkpoint.keep", config.checkpoint.keep, POSITIVE_INT)]
     if config.her is not None:
-        if config.her.strategy not in KEY_TO_GOAL_STRATEGY:
-            raise CLIError(f"unknown HER strategy {config.her.strategy!r}: use one of {', '.join(KEY_TO_GOAL_STRATEGY)}")
-        if config.her.n_sampled_goal < 0:
-            raise CLIError(f"her.n_sampled_goal must be >= 0, got {config.her.n_sampled_goal}")
-    if config.eval.freq < 0 or config.eval.episodes < 1:
-        raise CLIError(f"eval.freq must be >= 0 and eval.episodes >= 1, got {config.eval.freq} and {config.eval.episodes}")
-    if config.checkpoint.freq < 0 or config.checkpoint.keep < 1:
-        raise CLIError(f"checkpoint.freq must be >= 0 and checkpoint.keep >= 1, got {config.checkpoint.freq} and "
-                       f"{config.checkpoint.keep}")
+        rules += [("her.strategy", config.her.strategy, one_of(*KEY_TO_GOAL_STRATEGY)),
+                  ("her.n_sampled_goal", config.her.n_sampled_goal, NON_NEGATIVE_INT),
+                  ("her.online_sampling", config.her.online_sampling, BOOL),
+                  ("her.copy_info_dict", config.her.copy_info_dict, BOOL)]
+    try:
+        for name, value, rule in rules:
+            check("", name, value, rule)
+        if not isinstance(config.device, str):
+            raise CLIError(f"device must be a torch device name such as auto, cpu or cuda, got {config.device!r}")
+    except ConfigError as err:
+        raise CLIError(str(err)) from None
 
 
 def parse_her(text: str) -> dict[str, Any]:

@@ -49,6 +49,16 @@ PROVIDERS = (
 )
 
 
+# Env ids registered by packages herl does not know otherwise, to suggest the module:Id form for them.
+THIRD_PARTY = tuple((prefix.lower(), module) for module, prefixes in {
+    "highway_env": ("highway-", "highway-fast-", "merge-", "roundabout-", "parking-", "intersection-", "racetrack-",
+                    "u-turn-", "two-way-", "exit-", "lane-keeping-"),
+    "minigrid": ("MiniGrid-", "BabyAI-"),
+    "ale_py": ("ALE/",),
+    "gymnasium_robotics": ("Maze", "AntMaze", "PointMaze"),
+}.items() for prefix in prefixes)
+
+
 def _provider_for(env_id: str) -> Provider | None:
     return next((p for p in PROVIDERS if env_id.startswith(p.prefixes)), None)
 
@@ -97,8 +107,13 @@ def resolve_env_id(env_id: str) -> str:
             load_provider(other)
     known = list(gym.envs.registry)
     by_lower = {k.lower(): k for k in known}
-    matches = [by_lower[m] for m in difflib.get_close_matches(env_id.lower(), list(by_lower), n=5, cutoff=0.6)]
+    matches = [by_lower[m] for m in difflib.get_close_matches(env_id.lower(), list(by_lower), n=5, cutoff=0.75)]
+    module = next((m for prefix, m in THIRD_PARTY if env_id.lower().startswith(prefix)), None)
+    if module is not None:  # issue 10: check-env parking-v0 suggested CarRacing-v3
+        matches = [f"{module}:{env_id}"]
     hint = f"; did you mean {', '.join(matches)}?" if matches else ""
+    hint += ("\n  (an env that a package registers when imported is named module:Id, e.g. highway_env:parking-v0: "
+             "herl imports the module first)")
     missing = [p for p in PROVIDERS if not _importable(p.module)]
     extras = "".join(f"\n  ({'/'.join(p.prefixes)} envs need pip install 'herl[{p.extra}]')" for p in missing)
     raise CLIError(f"unknown env id {env_id!r}{hint}\n  (`herl list` shows the envs with a preset){extras}")
@@ -116,10 +131,15 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
         kwargs["render_mode"] = render_mode
     try:
         return gym.make(env_id, **kwargs)
-    except TypeError as err:
-        if "argument" not in str(err):
+    except Exception as err:  # the env's own code: a wrong argument's value fails anywhere in its constructor
+        if not env_kwargs:
             raise
         params = constructor_arguments(env_id)
+        if "argument" not in str(err):
+            given = ", ".join(f"env.{k}={v!r}" for k, v in env_kwargs.items())
+            raise CLIError(f"{env_id} could not be made with {given} ({type(err).__name__}: {err}); check the values "
+                           f"(--set env.NAME=VALUE reads numbers, true/false and [lists]; text otherwise); its "
+                           f"constructor takes: {', '.join(params) or 'no arguments'}") from err
         given = ", ".join(f"env.{k}" for k in env_kwargs or {})
         raise CLIError(
             f"{env_id} rejected {given or 'its arguments'} ({err}); its constructor takes: "

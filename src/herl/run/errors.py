@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from herl.errors import HerlError
 
-class CLIError(Exception):
+
+class CLIError(HerlError):
     """A mistake in what was asked (a flag, an env id, a file), with what to do about it.
 
     ``herl`` prints the message after ``herl: error:`` and exits with status 2; any other exception
@@ -20,3 +22,8 @@ class MissingExtraError(CLIError):
 
     def __reduce__(self):  # so it crosses from a --jobs worker process intact
         return (type(self), (self.what, self.package, self.extra))
+
+
+class Interrupted(KeyboardInterrupt):
+    """Training stopped by a signal (SIGTERM, Ctrl-C); the message says where it resumes from. ``herl`` prints it and
+    exits with status 130."""

@@ -71,9 +71,24 @@ def summarize(curve: Curve, band: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return grid, mean, mean, mean
 
 
+def parse_reference(text: str) -> tuple[str, list[tuple[float, float]]]:
+    """``LABEL=X:Y,X:Y,...`` (e.g. a peer's published success rates by env step) to ``(label, points)``."""
+    label, sep, points = text.rpartition("=")
+    try:
+        pairs = [tuple(float(v) for v in point.split(":")) for point in points.split(",")]
+        if not sep or not label.strip() or any(len(p) != 2 for p in pairs):
+            raise ValueError
+    except ValueError:
+        raise CLIError(f"--reference takes LABEL=X:Y,X:Y,... (e.g. 'zoo TQC=100000:0.6,200000:0.95'), got {text!r}") from None
+    return label.strip(), [(x, y) for x, y in pairs]
+
+
 def plot_runs(runs: list[Path], output: Path, *, metric: str = "eval/success_rate", x: str = "steps",
-              band: str = "minmax", labels: list[str] | None = None, title: str | None = None) -> Path:
-    """Draw the runs' curves on one figure and save it to ``output`` (PNG, SVG or PDF, by its suffix)."""
+              band: str = "minmax", labels: list[str] | None = None, title: str | None = None,
+              references: list[tuple[str, list[tuple[float, float]]]] | None = None) -> Path:
+    """Draw the runs' curves on one figure and save it to ``output`` (PNG, SVG or PDF, by its suffix).
+
+    ``references``: ``(label, [(x, y), ...])`` points drawn as markers, e.g. a peer's published results."""
     try:
         import matplotlib
     except ImportError as err:
@@ -92,6 +107,10 @@ def plot_runs(runs: list[Path], output: Path, *, metric: str = "eval/success_rat
         ax.plot(grid * scale, mean, color=color, lw=2, label=f"{curve.label}, {n} seed{'s' if n > 1 else ''}")
         if n > 1 and band != "none":
             ax.fill_between(grid * scale, low, high, color=color, alpha=0.2, lw=0)
+    for (label, points), marker in zip(references or [], "o^sDv*" * 10):
+        xs, ys = np.array(points, dtype=float).T
+        ax.plot(xs * scale, ys, linestyle="none", marker=marker, markersize=8, markerfacecolor="none",
+                markeredgewidth=1.5, color="black", label=label)
     if metric.endswith("success_rate"):
         ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(x_label)

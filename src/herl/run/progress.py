@@ -57,6 +57,11 @@ class Progress:
             self._next_line_step = step + max(self.total // 10, 1)
             self._last_line = now
 
+    def restart_rate(self) -> None:
+        """Measure fps from now on: time spent outside training (an evaluation, a checkpoint) is not env steps'
+        time, and counting it showed "0 fps" right after each evaluation (issue 10). The last rate stays shown."""
+        self._last_step, self._last_time = self._step, time.perf_counter()
+
     def set_success(self, success: float | None) -> None:
         self.success = success
         if self.bar is not None:

@@ -12,6 +12,10 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import shlex
+import signal
+import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -24,15 +28,16 @@ import torch
 from herl.run.checkpoint import (
     MODEL_FILE,
     atomic_write_text,
+    complete_checkpoints,
     latest_checkpoint,
     load_checkpoint,
     remove_partial_checkpoints,
     share_like_new_files,
     write_checkpoint,
 )
-from herl.run.config import TrainConfig, algorithm_class
+from herl.run.config import TrainConfig, algorithm_class, validate_config
 from herl.run.envs import make_env, make_training_env
-from herl.run.errors import CLIError
+from herl.run.errors import CLIError, Interrupted
 from herl.run.progress import Progress
 from herl.run.runlog import RunLogger, open_run_logger
 from herl.training.callbacks import BaseCallback
@@ -59,6 +64,8 @@ class RunSummary:
     first_step_at_threshold: int | None
     """First evaluation step with success rate >= :data:`SUCCESS_THRESHOLD`."""
     final_mean_reward: float | None
+    notes: tuple[str, ...] = ()
+    """What the run decided that the settings did not say (e.g. the buffer_size it chose), and how it ended."""
 
 
 def build_model(config: TrainConfig, env: Any) -> Any:
@@ -70,8 +77,8 @@ def build_model(config: TrainConfig, env: Any) -> Any:
 
     cls = algorithm_class(config.algo)
     kwargs: dict[str, Any] = dict(config.hyperparameters)
-    buffer_size = kwargs.get("buffer_size", cls.config_class.buffer_size)
-    kwargs["buffer_size"] = int(min(buffer_size, max(config.timesteps, MIN_BUFFER)))
+    if "buffer_size" not in kwargs:  # a buffer_size the user (or the preset) chose is never changed (issue 10)
+        kwargs["buffer_size"] = int(min(cls.config_class.buffer_size, max(config.timesteps, MIN_BUFFER)))
     if config.her is not None:
         her = config.her
         kwargs["replay_buffer_class"] = HerReplayBuffer
@@ -118,6 +125,7 @@ class RunCallback(BaseCallback):
         self.config, self.run_dir, self.eval_env, self.progress, self.fresh = config, run_dir, eval_env, progress, fresh
         self.history = history  # (step, success rate, mean reward) of every evaluation, resumed runs' included
         self._next_eval = self._next_checkpoint = 0
+        self.stop: StopOnSignal | None = None
 
     @property
     def run_logger(self) -> RunLogger:
@@ -132,6 +140,10 @@ class RunCallback(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         step = self.model.num_timesteps
+        if self.stop is not None and self.stop.requested:
+            # the one point where a checkpoint resumes exactly (after the previous rollout's gradient steps)
+            self.checkpoint()
+            raise Stopped(step)
         if self.config.eval.freq and step >= self._next_eval:
             self.evaluate()
             self._next_eval = _next_multiple(step, self.config.eval.freq)
@@ -162,10 +174,47 @@ class RunCallback(BaseCallback):
         logger.dump(step)
         self.history.append((step, success, float(np.mean(rewards))))
         self.progress.set_success(success)
+        self.progress.restart_rate()
 
     def checkpoint(self) -> None:
         write_checkpoint(self.run_dir, self.model, self.model.get_env(), wall_time=self.run_logger.wall_time(),
                          keep=self.config.checkpoint.keep)
+        self.progress.restart_rate()
+
+
+class Stopped(Exception):
+    """Training stopped on request (SIGTERM, Ctrl-C) after writing a checkpoint at ``step``."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(step)
+        self.step = step
+
+
+class StopOnSignal:
+    """While installed, SIGTERM and SIGINT (Ctrl-C) ask training to stop at the next rollout start, where a checkpoint
+    resumes exactly (within seconds: one rollout and its updates); a second signal stops at once (issue 10: a stopped
+    run lost everything since its last checkpoint, silently)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.requested, self.signal_name = run_dir, False, ""
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested, self.signal_name = True, signal.Signals(signum).name
+        print(f"\nherl train: {self.signal_name}: writing a checkpoint of {self.run_dir} at the next rollout start, "
+              "then stopping (send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def _next_multiple(step: int, freq: int) -> int:
@@ -174,23 +223,60 @@ def _next_multiple(step: int, freq: int) -> int:
 
 @contextlib.contextmanager
 def _claim(run_dir: Path):
-    """Hold ``run_dir/train.pid`` while training, so a second process cannot train the same run at the same time.
+    """Hold an exclusive OS lock on ``run_dir/train.pid`` while training, so that a second process cannot train the
+    same run at the same time (issue 10: two ``--resume`` both trained one folder, 1 time in 6).
 
-    A process killed without cleaning up leaves the file naming a dead process: that one is ignored.
+    The lock is ``fcntl.flock`` where there is one: the OS releases it when the process dies, however it dies, so a
+    stale file never blocks. The file itself is never deleted (deleting it would let a third process lock a new file
+    while the second still holds the old one); it only says which process holds it. Without ``fcntl`` (Windows) the
+    file is created exclusively instead, and one naming a dead process is taken over.
     """
     lock = run_dir / LOCK_FILE
-    if lock.exists():
-        text = lock.read_text().strip()
-        if text.isdigit() and int(text) != os.getpid() and _alive(int(text)):
-            raise CLIError(f"{run_dir} is being trained by process {text}; wait for it or stop it first")
-    atomic_write_text(lock, str(os.getpid()))
     try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        fcntl = None
+    if fcntl is None:  # pragma: no cover - Windows
+        with _exclusive_create(lock):
+            yield
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+            raise CLIError(f"{run_dir} is being trained by process {holder}; wait for it or stop it first") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        os.close(fd)  # releases the lock
 
 
-def _alive(pid: int) -> bool:
+@contextlib.contextmanager
+def _exclusive_create(lock: Path):  # pragma: no cover - Windows
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            text = lock.read_text().strip()
+            if text.isdigit() and _alive(int(text)):
+                raise CLIError(f"{lock.parent} is being trained by process {text}; wait for it or stop it first") from None
+            lock.unlink(missing_ok=True)  # left by a dead process
+    else:
+        raise CLIError(f"{lock.parent} is being claimed by another process; try again")
+    try:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        yield
+    finally:
+        if lock.read_text().strip() == str(os.getpid()):  # never remove another process's claim
+            lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:  # pragma: no cover - Windows
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -212,8 +298,19 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
     callback = RunCallback(config=config, run_dir=run_dir, eval_env=eval_env, progress=progress, fresh=fresh,
                            history=[] if fresh else _eval_history(run_dir))
     try:
-        model.learn(config.timesteps - model.num_timesteps, callback=callback, log_interval=config.log_interval,
-                    reset_num_timesteps=fresh)
+        with StopOnSignal(run_dir) as stop:
+            callback.stop = stop
+            try:
+                model.learn(config.timesteps - model.num_timesteps, callback=callback,
+                            log_interval=config.log_interval, reset_num_timesteps=fresh)
+            except Stopped as stopped:
+                raise Interrupted(f"stopped by {stop.signal_name} at step {stopped.step:,}; a checkpoint was written: "
+                                  f"continue with `herl train --resume {shlex.quote(str(run_dir))}`") from None
+            except KeyboardInterrupt:
+                last = latest_checkpoint(run_dir)
+                where = f"its last checkpoint, step {last.step:,}" if last else "the start (no checkpoint yet)"
+                raise Interrupted(f"stopped at once; `herl train --resume {shlex.quote(str(run_dir))}` continues "
+                                  f"from {where}") from None
         if config.eval.freq and (not callback.history or callback.history[-1][0] != model.num_timesteps):
             callback.evaluate()
         callback.checkpoint()
@@ -252,17 +349,18 @@ def _summarize(run_dir: Path, config: TrainConfig, steps: int, wall_time: float,
         best_success=max(s for _, s in successes) if successes else None,
         first_step_at_threshold=reached[0] if reached else None,
         final_mean_reward=history[-1][2] if history else None,
+        notes=tuple(config.notes),
     )
 
 
 def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", position: int = 0) -> RunSummary:
     """Train a new run of ``config`` in ``run_dir`` (created; it must not hold a run already)."""
     run_dir = Path(run_dir)
-    if (run_dir / CONFIG_FILE).exists():
-        raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume {run_dir}`, or choose "
-                       "another --run-dir")
     run_dir.mkdir(parents=True, exist_ok=True)
-    with _claim(run_dir):
+    with _claim(run_dir):  # checked under the lock: two commands starting one folder at once cannot both pass
+        if (run_dir / CONFIG_FILE).exists():
+            raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume "
+                           f"{shlex.quote(str(run_dir))}`, or choose another --run-dir")
         return _start(config, run_dir, progress=progress, position=position)
 
 
@@ -270,7 +368,14 @@ def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int) 
     torch.set_num_threads(config.threads)
     env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
     model = build_model(config, env)
-    resolved = dataclasses.replace(config, hyperparameters=model.config.to_json())
+    notes = list(config.notes)
+    if "buffer_size" not in config.hyperparameters:
+        notes.append(f"buffer_size={model.config.buffer_size:,} chosen by herl (the run's steps, at least {MIN_BUFFER:,};"
+                     f" {type(model).__name__}'s default is {type(model.config)().buffer_size:,}): set buffer_size to "
+                     "choose it")
+    resolved = dataclasses.replace(config, hyperparameters=model.config.to_json(), notes=tuple(notes))
+    for note in resolved.notes:
+        print(f"herl train: note: {note}", file=sys.stderr, flush=True)
     atomic_write_text(run_dir / CONFIG_FILE, json.dumps(resolved.to_json(), indent=1))
     try:
         return _train(model, resolved, run_dir, resume_step=None, wall_time_before=0.0, progress_mode=progress,
@@ -300,22 +405,55 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
             atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config.to_json(), indent=1))
         summary_path = run_dir / SUMMARY_FILE
         if checkpoint.step >= config.timesteps and summary_path.exists():
-            return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
+            with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
+                return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
         torch.set_num_threads(config.threads)
         env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
         try:
-            model, wall_time = load_checkpoint(checkpoint, env, device=config.device)
+            model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)
             return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
                           progress_mode=progress, position=position)
         finally:
             env.close()
 
 
+def _load_usable_checkpoint(run_dir: Path, checkpoint: Any, env: Any, config: TrainConfig) -> tuple[Any, float, Any]:
+    """Load ``checkpoint``; if it is damaged (a truncated or deleted file), the newest older one that loads, saying
+    so (issue 10)."""
+    from herl.errors import HerlError
+
+    candidates = [checkpoint, *(c for c in complete_checkpoints(run_dir) if c.step < checkpoint.step)]
+    problems = []
+    for candidate in candidates:
+        try:
+            model, wall_time = load_checkpoint(candidate, env, device=config.device)
+        except (HerlError, OSError) as err:
+            problems.append(f"{candidate.path.name}: {err}")
+            print(f"herl train: checkpoint {candidate.path} cannot be loaded ({err}); trying an older one",
+                  file=sys.stderr, flush=True)
+            continue
+        if candidate is not checkpoint:
+            print(f"herl train: resuming {run_dir} from {candidate.path.name} (step {candidate.step:,}), the newest "
+                  "checkpoint that loads", file=sys.stderr, flush=True)
+        return model, wall_time, candidate
+    raise CLIError(f"no checkpoint of {run_dir} can be loaded:\n  " + "\n  ".join(problems)
+                   + f"\n  Start the run again in another folder (its settings are in {run_dir / CONFIG_FILE})")
+
+
 def read_config(run_dir: Path) -> TrainConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
         raise CLIError(f"{run_dir} is not a run folder (it has no {CONFIG_FILE})")
-    return TrainConfig.from_json(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a {type(data).__name__}, not a mapping of settings")
+        config = TrainConfig.from_json(data)
+        validate_config(config)
+        return config
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError, CLIError) as err:
+        raise CLIError(f"{path} is damaged ({type(err).__name__}: {err}); it is the run's settings, written by "
+                       "`herl train`: restore it, or start the run again in another folder") from None
 
 
 def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list[RunSummary]:

@@ -26,6 +26,7 @@ from gymnasium import spaces
 from torch import nn
 
 from herl.buffers import HerReplayBuffer, ReplayBuffer
+from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, as_integer, check, integer
 from herl.nn.policies import ObservationEncoder
 from herl.training.config import SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
@@ -34,6 +35,11 @@ from herl.training.noise import ActionNoise
 from herl.utils import get_device
 
 POLICIES = ("MultiInputPolicy", "MlpPolicy")
+# Updates between two checks that the losses are finite (each check is one device sync; see check_losses).
+LOSS_CHECK_EVERY = 100
+# What each logged training value is, for the message of a non-finite one.
+LOSS_TERMS = {"critic_loss": "critic loss", "actor_loss": "actor loss", "ent_coef": "entropy coefficient",
+              "ent_coef_loss": "entropy coefficient loss", "loss": "Q-network loss"}
 
 
 class OffPolicyAlgorithm:
@@ -87,6 +93,9 @@ class OffPolicyAlgorithm:
             raise ValueError(f"unknown policy {policy!r}: use one of {list(POLICIES)} (policy classes are not supported)")
         self.policy_name = policy  # the policy string ("MultiInputPolicy"); self.policy is the networks
         _accept_sde_off(hyperparameters)
+        owner = type(self).__name__
+        check(owner, "seed", seed, integer(0, also=(None,)))
+        check(owner, "n_envs", n_envs, POSITIVE_INT)
         self.config = self.config_class.from_kwargs(hyperparameters)
         self.policy_config = PolicyConfig.from_kwargs(policy_kwargs, self.default_net_arch, self.default_n_critics,
                                                  self.policy_options)
@@ -135,6 +144,7 @@ class OffPolicyAlgorithm:
 
         self.num_timesteps = 0
         self._n_updates = 0
+        self._next_loss_check = LOSS_CHECK_EVERY
         self._episode_num = 0
         self._total_timesteps = 0
         self._current_progress_remaining = 1.0
@@ -314,10 +324,31 @@ class OffPolicyAlgorithm:
         """Actions for one observation or a batch (leading axis), in the env's action space; ``state`` is returned as given."""
         batched = self._is_batch(observation)
         obs = observation if batched else _add_batch_axis(observation)
+        self._check_observation(obs)
         actions = self._unscale(self._policy_actions(obs, deterministic))
         if isinstance(self.action_space, spaces.Discrete):
             actions = actions.astype(np.int64)
         return (actions if batched else actions[0]), state
+
+    def _check_observation(self, obs: Any) -> None:
+        """Every entry the networks read is there, numeric, and shaped (batch, *its space's shape), with one batch
+        size: the message names the key and the expected shape (rather than a shape error from inside torch)."""
+        space = self.observation_space
+        entries = {k: (space[k], obs.get(k) if isinstance(obs, Mapping) else None) for k in self.encoder.keys} \
+            if isinstance(space, spaces.Dict) else {"observation": (space, obs)}
+        batch = None
+        for key, (sub, value) in entries.items():
+            expected = () if isinstance(sub, spaces.Discrete) else tuple(sub.shape)
+            if value is None:
+                raise ValueError(f"the observation lacks the key {key!r}: the model reads {list(self.encoder.keys)}")
+            array = value if torch.is_tensor(value) else np.asarray(value)
+            numeric = array.dtype.is_floating_point or not array.dtype.is_complex if torch.is_tensor(array) \
+                else array.dtype.kind in "biuf"
+            if not numeric or tuple(array.shape[1:]) != expected or (batch is not None and array.shape[0] != batch):
+                raise ValueError(f"observation[{key!r}] has shape {tuple(array.shape)} and dtype {array.dtype}; expected "
+                                 f"numbers shaped {expected} for one observation, or (batch, *{expected}) for a batch"
+                                 + (f" of {batch}" if batch is not None else ""))
+            batch = array.shape[0]
 
     def _is_batch(self, observation: Any) -> bool:
         space = self.observation_space
@@ -343,6 +374,8 @@ class OffPolicyAlgorithm:
 
         if self.env is None:
             raise ValueError("this model has no env to learn from: pass one to load(..., env=env) or call set_env(env)")
+        total_timesteps = as_integer(type(self).__name__, "total_timesteps", total_timesteps, NON_NEGATIVE_INT)
+        check(type(self).__name__, "log_interval", log_interval, integer(0, also=(None,)))
         return run(self, total_timesteps, callback=callback, log_interval=log_interval,
                    tb_log_name=tb_log_name or type(self).__name__, reset_num_timesteps=reset_num_timesteps,
                    progress_bar=progress_bar)
@@ -357,9 +390,34 @@ class OffPolicyAlgorithm:
         for _ in range(gradient_steps):
             update(sample(batch_size))
             self._n_updates += 1
+        if self._n_updates >= self._next_loss_check:
+            self.check_losses()
+
+    def check_losses(self) -> None:
+        """Stop with :class:`~herl.errors.NonFiniteError` if the last update's losses are NaN or infinite.
+
+        Called every :data:`LOSS_CHECK_EVERY` updates and at log time, never per update: reading a loss is a device
+        sync (on a GPU, it would stall the queue of kernels every step). Checking the latest values is enough because
+        a non-finite loss makes the gradients, hence the weights, non-finite, and they stay so: every later loss is
+        non-finite too.
+        """
+        self._next_loss_check = self._n_updates + LOSS_CHECK_EVERY
+        tensors = {k: v for k, v in self._train_info.items() if torch.is_tensor(v)}
+        if not tensors or bool(torch.isfinite(torch.stack([v.detach().float().reshape(()) for v in tensors.values()])).all()):
+            return
+        bad = [k for k, v in tensors.items() if not torch.isfinite(v.detach()).all()]
+        terms = ", ".join(f"{LOSS_TERMS.get(k, k.replace('_', ' '))} ({k}={float(v.detach())})"
+                          for k, v in tensors.items() if k in bad)
+        raise NonFiniteError(
+            f"{type(self).__name__}'s {terms} became NaN or infinite by update {self._n_updates} (env step "
+            f"{self.num_timesteps}); the networks' weights are no longer finite, so training stops. Usual causes: a "
+            "learning_rate too high for the rewards' scale, rewards or observations of huge magnitude (normalize them, "
+            "or clip_target=True for -1/0 goal rewards). Continue from a checkpoint taken before this step."
+        )
 
     def train_info(self) -> dict[str, float]:
         """The last update's losses and coefficients, as numbers (one device sync, at log time only)."""
+        self.check_losses()
         return {f"train/{k}": float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in self._train_info.items()}
 
     def set_logger(self, logger: Logger) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 
+from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ConfigError, Rule, check, check_fields, integer, number
 from herl.nn.mlp import ACTIVATIONS
 
 
@@ -52,37 +53,66 @@ class OffPolicyConfig:
     stats_window_size: int = 100
     """Episodes averaged in ``rollout/ep_rew_mean`` and ``rollout/success_rate``."""
 
+    # What each field allows, checked at construction (issue 10: one validation path for the Python API, --set,
+    # presets and model files). A subclass adds its own fields' rules in its own ``field_rules``; a field with no
+    # rule is checked against its default's type (a float field takes a finite number, ...).
+    field_rules: ClassVar[Mapping[str, Rule | None]] = {
+        "learning_rate": number(0.0, low_open=True, note="a constant: schedules are not supported"),
+        "buffer_size": POSITIVE_INT,
+        "learning_starts": NON_NEGATIVE_INT,
+        "batch_size": POSITIVE_INT,
+        "tau": number(0.0, 1.0, low_open=True),
+        "gamma": number(0.0, 1.0),
+        "gradient_steps": integer(-1, note="-1: as many as env steps collected"),
+        "normalize_observations": Rule("bool", also=(None,)),
+        "clip_observations": number(0.0, low_open=True),
+        "stats_window_size": POSITIVE_INT,
+        "train_freq": None,  # checked in validate: an int or (n, unit)
+        "clip_target": None,  # a bool or (low, high)
+    }
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @classmethod
+    def owner(cls) -> str:
+        """The algorithm's name, for messages ("SAC learning_rate=...")."""
+        return cls.__name__[:-6] if cls.__name__.endswith("Config") and cls.__name__ != "Config" else cls.__name__
+
+    @classmethod
+    def rules(cls) -> dict[str, Rule | None]:
+        out: dict[str, Rule | None] = {}
+        for klass in reversed(cls.__mro__):
+            out.update(vars(klass).get("field_rules", {}))
+        return out
+
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any]) -> OffPolicyConfig:
         """Build from keyword arguments, with errors that name the unknown ones and the known ones."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - names)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - set(fields))
         if unknown:
-            raise TypeError(f"{cls.__name__[:-6] or cls.__name__} got unknown argument(s) {unknown}; known hyperparameters: {sorted(names)}")
-        values = dict(kwargs)
+            raise TypeError(f"{cls.owner()} got unknown argument(s) {unknown}; known hyperparameters: {sorted(fields)}")
+        values = {name: _plain(value, fields[name].default) for name, value in kwargs.items()}
         if "train_freq" in values:
-            values["train_freq"] = _train_freq(values["train_freq"])
+            values["train_freq"] = _train_freq(values["train_freq"], cls.owner())
         if isinstance(values.get("clip_target"), list):
             values["clip_target"] = tuple(values["clip_target"])
-        config = cls(**values)
-        config.validate()
-        return config
+        return cls(**values)  # __post_init__ validates
 
     def validate(self) -> None:
-        if callable(self.learning_rate) or not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be a positive number (schedules are not supported), got {self.learning_rate!r}")
-        for name in ("buffer_size", "batch_size"):
-            value = getattr(self, name)
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
-        if self.gradient_steps < -1:
-            raise ValueError(f"gradient_steps must be >= 0, or -1 for as many as env steps, got {self.gradient_steps}")
+        """Check every field (raises :class:`herl.errors.ConfigError` naming the field, the value and what is allowed)."""
+        owner = self.owner()
+        if callable(self.learning_rate):
+            raise ConfigError(owner, "learning_rate", self.learning_rate, "a finite number > 0 (schedules are not supported)")
+        check_fields(owner, self, self.rules())
+        _train_freq(self.train_freq, owner)
+        clip = self.clip_target
+        if not isinstance(clip, bool) and clip is not None:
+            ok = isinstance(clip, (tuple, list)) and len(clip) == 2 and all(
+                number().accepts(v) or v in (float("inf"), float("-inf")) for v in clip) and clip[0] < clip[1]
+            if not ok:
+                raise ConfigError(owner, "clip_target", clip, "true, false, or [low, high] with low < high")
 
     def target_bounds(self) -> tuple[float, float] | None:
         """The (low, high) clipping range of TD targets, or None."""
@@ -97,14 +127,26 @@ class OffPolicyConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
-def _train_freq(value: Any) -> tuple[int, str]:
-    if isinstance(value, int):
-        return (value, "step")
+def _plain(value: Any, default: Any) -> Any:
+    """NumPy scalars as Python numbers, and whole floats (``1e6``) as ints for integer fields."""
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()
+    if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+_TRAIN_FREQ = "a positive integer, or (n, 'step') / (n, 'episode') with n a positive integer"
+
+
+def _train_freq(value: Any, owner: str = "") -> tuple[int, str]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = (value, "step")
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ConfigError(owner, "train_freq", value, _TRAIN_FREQ)
     n, unit = value
-    if unit not in ("step", "episode"):
-        raise ValueError(f"train_freq's unit must be 'step' or 'episode', got {unit!r}")
-    if int(n) != n or n < 1:
-        raise ValueError(f"train_freq must be a positive integer, got {n!r}")
+    if unit not in ("step", "episode") or not POSITIVE_INT.accepts(_plain(n, 1)):
+        raise ConfigError(owner, "train_freq", value, _TRAIN_FREQ)
     return (int(n), unit)
 
 
@@ -160,15 +202,33 @@ class PolicyConfig:
             activation = names[activation]
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}: use one of {sorted(ACTIVATIONS)}")
-        n_critics = int(kwargs.pop("n_critics", default_n_critics))
+        n_critics = _plain(kwargs.pop("n_critics", default_n_critics), 1)
         if kwargs.pop("use_sde", False):  # SB3 writes use_sde=False into policy_kwargs; only True is unsupported
             raise ValueError(SDE_REFUSAL)
         if kwargs:
             known = ["net_arch", "activation_fn", "n_critics", *option_defaults]
             raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: this algorithm reads {', '.join(known)}")
-        return cls(tuple(int(x) for x in actor), tuple(int(x) for x in critic), activation, n_critics, options)
+        return cls(_arch(actor, "net_arch"), _arch(critic, "net_arch"), activation, n_critics, options)
+
+    def __post_init__(self) -> None:
+        for name in ("actor_arch", "critic_arch"):
+            _arch(getattr(self, name), name)
+        check("policy_kwargs", "n_critics", self.n_critics, POSITIVE_INT)
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         return {"net_arch": {"pi": list(self.actor_arch), "qf": list(self.critic_arch)},
                 "activation_fn": self.activation, "n_critics": self.n_critics, **self.options}
 
+
+
+_ARCH = "a list of positive layer sizes (e.g. [64, 64]; [] for no hidden layer), or dict(pi=[...], qf=[...])"
+
+
+def _arch(value: Any, name: str) -> tuple[int, ...]:
+    """Hidden layer sizes as a tuple of ints; a string (``"64"`` would become layers [6, 4]) or a size < 1 is refused."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ConfigError("policy_kwargs", name, value, _ARCH)
+    sizes = tuple(_plain(x, 1) for x in value)
+    if not all(POSITIVE_INT.accepts(x) for x in sizes):
+        raise ConfigError("policy_kwargs", name, value, _ARCH)
+    return sizes

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from herl.errors import NonFiniteError
 from herl.training.callbacks import as_callback
 from herl.training.diagnostics import replay_diagnostics
 from herl.training.logger import Logger, configure
@@ -65,9 +66,12 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         while (steps if per_step else episodes) < n_freq and model.num_timesteps < total_timesteps:
             actions = model._collect_actions(env.policy_obs(obs))  # an SB3 VecNormalize's statistics apply here
             next_obs, new_obs, rewards, terminated, truncated, infos = env.step(model._unscale(actions))
+            try:
+                buffer.add(obs, next_obs, actions, rewards, infos=infos, terminated=terminated, truncated=truncated)
+            except NonFiniteError as err:
+                raise NonFiniteError(f"training stopped at env step {model.num_timesteps}: {err}") from None
             model.num_timesteps += env.n_envs
             steps += 1
-            buffer.add(obs, next_obs, actions, rewards, infos=infos, terminated=terminated, truncated=truncated)
             returns += rewards
             lengths += 1
             dones = terminated | truncated

@@ -1,0 +1,169 @@
+"""The herl command under real use (issue 10): stopped by a signal, damaged run folders, settings it must not change,
+env ids that import code, and the small things (plot labels, quoting, suggestions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_cli import TINY, herl
+
+from herl.run.checkpoint import complete_checkpoints, latest_checkpoint
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run with checkpoints at 200 and 300 steps."""
+    folder = tmp_path_factory.mktemp("finished")
+    assert herl("train", *TINY, "--run-dir", folder) == 0
+    return folder / "seed_0"
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "run" / "seed_0"
+    shutil.copytree(run, target)
+    return target
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_writes_a_checkpoint_and_says_how_to_resume(tmp_path: Path, signum: int) -> None:
+    args = [*TINY, "--timesteps", "200000", "--set", "checkpoint.freq=100000", "--set", "eval.freq=0"]
+    process = subprocess.Popen([sys.executable, "-m", "herl", "train", *args, "--run-dir", str(tmp_path)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "seed_0"
+    deadline = time.monotonic() + 120
+    while not (run / "progress.csv").exists() or (run / "progress.csv").stat().st_size < 200:
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sent = time.monotonic()
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=30)
+    assert time.monotonic() - sent < 15  # within seconds
+    assert process.returncode == 130, err
+    assert "a checkpoint was written" in err and "herl train --resume" in err
+    step = latest_checkpoint(run).step
+    assert step > 100  # not only the one at step 0
+    assert herl("train", "--resume", tmp_path, "--timesteps", str(step + 100), "--progress", "off") == 0
+
+
+def test_an_explicit_buffer_size_is_kept_and_a_chosen_one_is_said(tmp_path: Path) -> None:
+    assert herl("train", *TINY, "--timesteps", "100", "--set", "buffer_size=50000", "--run-dir", tmp_path / "a") == 0
+    config = json.loads((tmp_path / "a" / "seed_0" / "config.json").read_text())
+    assert config["hyperparameters"]["buffer_size"] == 50_000
+    assert json.loads((tmp_path / "a" / "seed_0" / "summary.json").read_text())["notes"] == []
+    assert herl("train", *TINY, "--timesteps", "100", "--run-dir", tmp_path / "b") == 0
+    notes = json.loads((tmp_path / "b" / "seed_0" / "summary.json").read_text())["notes"]
+    assert notes and "buffer_size=10,000 chosen by herl" in notes[0]
+
+
+def test_a_damaged_latest_json_falls_back_to_the_newest_complete_checkpoint(finished: Path, tmp_path: Path) -> None:
+    run = _copy(finished, tmp_path)
+    pointer = run / "checkpoints" / "latest.json"
+    newest = complete_checkpoints(run)[0]
+    for text in ["{not json", json.dumps({"step": 1, "path": "../../../etc"}), json.dumps({"step": "x", "path": 3})]:
+        pointer.write_text(text)
+        with pytest.warns(UserWarning, match="resuming from"):
+            assert latest_checkpoint(run) == newest
+
+
+def test_a_truncated_checkpoint_falls_back_to_the_previous_one(finished: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(finished, tmp_path)
+    newest, previous = complete_checkpoints(run)[:2]
+    model = newest.path / "model.zip"
+    model.write_bytes(model.read_bytes()[:1000])
+    (run / "summary.json").unlink()
+    (run / "model.zip").unlink()
+    (run / ".config.json.abc123.tmp").write_text("left by a killed process")
+    (run / "checkpoints" / ".latest.json.x.tmp").write_text("")
+    assert herl("train", "--resume", run, "--timesteps", "400", "--progress", "off") == 0
+    err = capsys.readouterr().err
+    assert f"checkpoint {newest.path} cannot be loaded" in err and f"from {previous.path.name}" in err
+    assert not list(run.glob(".*.tmp")) and not list((run / "checkpoints").glob(".*.tmp"))
+    assert latest_checkpoint(run).step == 400
+
+
+def test_a_damaged_config_json_is_reported(finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(finished, tmp_path)
+    for text in ["{", "[1, 2]", json.dumps({**json.loads((finished / "config.json").read_text()), "timesteps": "x"})]:
+        (run / "config.json").write_text(text)
+        assert herl("train", "--resume", run, "--progress", "off") == 2
+        assert "config.json is damaged" in capsys.readouterr().err
+
+
+def test_eval_asks_before_importing_a_module_a_run_config_names(finished: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(finished, tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "env": "not_imported_yet_herl_test:BitFlipping-v0"}))
+    assert herl("eval", run, "--episodes", "1") == 2  # no terminal to ask: refused
+    err = capsys.readouterr().err
+    assert "imports the Python module 'not_imported_yet_herl_test'" in err and "--env" in err
+    assert "not_imported_yet_herl_test" not in sys.modules
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("policy.net_arch=64", "net_arch=64"), ("batch_size=1e400", "batch_size=inf"), ("learning_rate=nan", "nan"),
+    ("env.n_bits=abc", "could not be made with env.n_bits='abc'"),
+])
+def test_bad_settings_stop_the_command_with_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], setting,
+                                                        message) -> None:
+    assert herl("train", *TINY, "--set", setting, "--run-dir", tmp_path) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "seed_0" / "config.json").exists()
+
+
+def test_a_her_buffer_too_small_for_an_episode_is_refused_before_training(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("train", "--env", "herl/PointReach-v0", "--algo", "sac", "--set", "buffer_size=20", "--progress",
+                "off", "--run-dir", tmp_path) == 2
+    assert "cannot hold one whole episode of 50 steps" in capsys.readouterr().err
+
+
+def test_plot_labels_may_follow_one_flag(finished: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    runs = finished.parent
+    assert herl("plot", runs, runs, "--label", "A", "B", "-o", tmp_path / "a.png") == 0
+    assert herl("plot", runs, runs, "--label", "A", "--label", "B", "-o", tmp_path / "b.png") == 0
+
+
+def test_an_unknown_id_of_a_known_package_suggests_the_module_form(capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("check-env", "parking-v0") == 2
+    assert "did you mean highway_env:parking-v0?" in capsys.readouterr().err
+
+
+def test_printed_commands_are_shell_quoted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "with space"
+    assert herl("train", *TINY, "--timesteps", "100", "--run-dir", folder) == 0
+    assert f"herl plot '{folder}'" in capsys.readouterr().out
+
+
+def test_the_rate_shown_after_an_evaluation_is_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    from herl.run import progress as progress_module
+    from herl.run.progress import Progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now[0])
+    bar = Progress(total=10_000, mode="off")
+    bar.mode = "log"  # measure without printing a bar
+    monkeypatch.setattr(bar, "_line", lambda step: None)
+    for step in range(1, 1001):  # 1000 steps/s
+        now[0] += 0.001
+        bar.update(step)
+    now[0] += 30.0  # an evaluation of 30 s
+    bar.restart_rate()  # what RunCallback does after it
+    now[0] += 0.6
+    bar.update(1600)
+    # 1000 fps; without restart_rate, 600 steps over the evaluation's 30.6 s: "20 fps" (shown as "0 fps" when the
+    # evaluation took minutes)
+    assert 900 < bar._fps < 1100

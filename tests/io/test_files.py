@@ -1,0 +1,55 @@
+"""What herl's files hold and how they are written (issue 10): buffers keep only the rows written, files get the
+permissions of new files, and version-1 buffer files (every row) still load."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from herl import HerReplayBuffer, ReplayBuffer
+from herl.envs import BitFlippingEnv
+from herl.io import space_to_json, write_archive
+
+
+def _filled(capacity: int, steps: int = 300) -> HerReplayBuffer:
+    env = BitFlippingEnv(n_bits=8, continuous=True)
+    buffer = HerReplayBuffer(capacity, env.observation_space, env.action_space, env=env, seed=0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(steps):
+        next_obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        buffer.add(obs, next_obs, np.zeros(8, np.float32), reward, terminated=terminated, truncated=truncated)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+    return buffer
+
+
+def test_a_saved_buffer_holds_the_rows_written_not_its_capacity(tmp_path):
+    buffer = _filled(1_000_000)
+    buffer.save(tmp_path / "b.zip")
+    assert (tmp_path / "b.zip").stat().st_size < 100_000  # was ~100 MB: a million rows of zeros
+    loaded = HerReplayBuffer.load(tmp_path / "b.zip", env=BitFlippingEnv(n_bits=8, continuous=True))
+    assert loaded.storage.rows == 1_000_000 and len(loaded) == len(buffer) == 300
+    for name, array in buffer.storage.arrays().items():
+        np.testing.assert_array_equal(loaded.storage.arrays()[name], array, err_msg=name)
+
+
+def test_version_1_buffer_files_with_every_row_still_load(tmp_path):
+    buffer = _filled(500, steps=60)
+    arrays = {f"storage/{k}": v for k, v in buffer.storage.arrays().items()}  # every row, as version 1 wrote them
+    meta = {"class": "HerReplayBuffer", "config": buffer._config(), "rng_state": buffer.rng.bit_generator.state,
+            "observation_space": space_to_json(buffer.observation_space), "action_space": space_to_json(buffer.action_space)}
+    write_archive(tmp_path / "v1.zip", kind=buffer.FILE_KIND, version=1, meta=meta, arrays=arrays)
+    loaded = HerReplayBuffer.load(tmp_path / "v1.zip", env=BitFlippingEnv(n_bits=8, continuous=True))
+    assert len(loaded) == 60
+    loaded.sample(16)
+
+
+def test_saved_files_get_the_permissions_of_new_files(tmp_path):
+    mask = os.umask(0o022)
+    try:
+        buffer = ReplayBuffer(10, BitFlippingEnv().observation_space, BitFlippingEnv().action_space)
+        buffer.save(tmp_path / "b.zip")
+        assert (tmp_path / "b.zip").stat().st_mode & 0o777 == 0o644  # not tempfile's private 0600
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    finally:
+        os.umask(mask)

@@ -1,0 +1,291 @@
+"""Mutated model and buffer files (issue 10): each one is either loaded and usable, or refused with herl's own error
+type (:class:`herl.errors.HerlError`). Never a hang (every case runs under a time limit), never a raw exception from
+numpy, torch, zipfile or json. Bounded to about 20 s in all (hypothesis' example counts below)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import signal
+import sys
+import warnings
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from herl import SAC, HerReplayBuffer, ReplayBuffer
+from herl.envs import BitFlippingEnv
+from herl.errors import HerlError
+from herl.io.archive import ARRAYS_NAME, META_NAME
+from safetensors.numpy import load as load_arrays
+from safetensors.numpy import save as save_arrays
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the per-case time limit uses SIGALRM")
+TIME_LIMIT = 10.0  # seconds per case; a load takes ~20 ms
+# HERL_FUZZ_EXAMPLES=2000 for a long sweep with fresh random cases; the suite's default stays within seconds.
+EXAMPLES = int(os.environ.get("HERL_FUZZ_EXAMPLES", 0)) or 60
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="HERL_FUZZ_EXAMPLES" not in os.environ,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+class Hang(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float):
+    def alarm(signum, frame):
+        raise Hang(f"a case ran longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# ---------------------------------------------------------------------------------------------------------- the files
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    folder = tmp_path_factory.mktemp("valid")
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    model = SAC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, learning_starts=8, batch_size=8,
+                buffer_size=200, policy_kwargs=dict(net_arch=[8]), seed=0)
+    model.learn(30)  # episodes of 4 steps: some closed, one open
+    model.save(folder / "model.zip")
+    model.save_replay_buffer(folder / "her.zip")
+    plain = ReplayBuffer(64, env.observation_space, env.action_space, prioritized=True, n_envs=2, seed=0)
+    obs = {k: np.stack([v, v]) for k, v in env.reset(seed=0)[0].items()}
+    for t in range(40):
+        plain.add(obs, obs, np.zeros((2, 4), np.float32), np.ones(2), terminated=np.array([t % 5 == 4, False]))
+    plain.save(folder / "plain.zip")
+    return {name: (folder / name).read_bytes() for name in ("model.zip", "her.zip", "plain.zip")}
+
+
+def _unpack(data: bytes) -> tuple[dict, dict[str, np.ndarray]]:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return json.loads(archive.read(META_NAME)), load_arrays(archive.read(ARRAYS_NAME))
+
+
+def _pack(meta: object, arrays: dict[str, np.ndarray]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr(META_NAME, json.dumps(meta))
+        archive.writestr(ARRAYS_NAME, save_arrays({k: np.ascontiguousarray(v) for k, v in arrays.items()}))
+    return out.getvalue()
+
+
+def _use(kind: str, path: Path) -> None:
+    """Load the file and use it as a user would."""
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NaN weights warn, by design
+        if kind == "model.zip":
+            model = SAC.load(path, device="cpu")
+            obs = {k: np.stack([v, v]) for k, v in env.reset(seed=0)[0].items()}
+            model.predict(obs, deterministic=True)
+            model.predict(obs, deterministic=False)
+            return
+        buffer = (HerReplayBuffer.load(path, env=env, device="cpu") if kind == "her.zip"
+                  else ReplayBuffer.load(path, device="cpu"))
+        if len(buffer):
+            buffer.sample(16)
+        obs = {k: np.stack([v] * buffer.n_envs) for k, v in env.reset(seed=0)[0].items()}
+        buffer.add(obs, obs, np.zeros((buffer.n_envs, 4), np.float32), np.zeros(buffer.n_envs),
+                   terminated=np.ones(buffer.n_envs, bool))
+        buffer.sample(4)
+
+
+def _check(kind: str, data: bytes, tmp_path: Path) -> None:
+    path = tmp_path / kind
+    path.write_bytes(data)
+    try:
+        with time_limit(TIME_LIMIT):
+            _use(kind, path)
+    except HerlError:
+        pass  # refused with a message of herl's
+
+
+# ---------------------------------------------------------------------------------------------------------- mutations
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=8,
+)
+SPECIAL = st.sampled_from([0, -1, 1, 2**40, 10**12, -(2**63), 0.5, float("nan"), float("inf"), "3", "", None, [], {},
+                           True])
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list) and len(value) <= 8:
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+@st.composite
+def meta_mutation(draw, meta: dict) -> dict:
+    meta = copy.deepcopy(meta)
+    for _ in range(draw(st.integers(1, 3))):
+        paths = [p for p in _paths(meta) if p and p[:1] not in (("format",), ("kind",))]
+        path = draw(st.sampled_from(paths))
+        parent = meta
+        for key in path[:-1]:
+            parent = parent[key]
+        if isinstance(parent, dict) and draw(st.booleans()) and draw(st.booleans()):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = draw(SPECIAL | JSON_VALUES)
+    return meta
+
+
+@st.composite
+def array_mutation(draw, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    arrays = dict(arrays)
+    for _ in range(draw(st.integers(1, 3))):
+        name = draw(st.sampled_from(sorted(arrays)))
+        array = arrays[name].copy()
+        how = draw(st.sampled_from(["value", "value", "value", "shape", "dtype", "drop"]))
+        if how == "drop":
+            del arrays[name]
+            continue
+        if how == "shape":
+            array = np.zeros(draw(st.lists(st.integers(0, 5), max_size=3)), array.dtype)
+        elif how == "dtype":
+            array = array.astype(draw(st.sampled_from([np.float64, np.int32, np.bool_, np.uint8])))
+        elif array.size:
+            index = draw(st.integers(0, array.size - 1))
+            if array.dtype.kind == "f":
+                value = draw(st.sampled_from([np.nan, np.inf, -1.0, 1e30, 0.0]) | st.floats(-10, 10))
+            elif array.dtype.kind == "b":
+                value = not array.flat[index]
+            else:
+                info = np.iinfo(array.dtype)
+                value = draw(st.sampled_from([info.min, info.max, -1, 0, 1]) | st.integers(-3, 300))
+                value = int(np.clip(value, info.min, info.max))
+            array.flat[index] = value
+        arrays[name] = array
+    return arrays
+
+
+@pytest.mark.parametrize("kind", ["model.zip", "her.zip", "plain.zip"])
+def test_mutated_metadata_is_loaded_and_usable_or_refused(files, kind, tmp_path):
+    meta, arrays = _unpack(files[kind])
+
+    @FUZZ
+    @given(mutated=meta_mutation(meta))
+    def case(mutated):
+        _check(kind, _pack(mutated, arrays), tmp_path)
+
+    case()
+
+
+@pytest.mark.parametrize("kind", ["model.zip", "her.zip", "plain.zip"])
+def test_mutated_arrays_are_loaded_and_usable_or_refused(files, kind, tmp_path):
+    meta, arrays = _unpack(files[kind])
+
+    @FUZZ
+    @given(mutated=array_mutation(arrays))
+    def case(mutated):
+        _check(kind, _pack(meta, mutated), tmp_path)
+
+    case()
+
+
+@pytest.mark.parametrize("kind", ["model.zip", "her.zip"])
+def test_mutated_bytes_are_loaded_and_usable_or_refused(files, kind, tmp_path):
+    data = files[kind]
+
+    @settings(FUZZ, max_examples=EXAMPLES * 2 // 3)
+    @given(flips=st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(1, 255)), min_size=1, max_size=4),
+           cut=st.none() | st.integers(0, len(data)))
+    def case(flips, cut):
+        mutated = bytearray(data)
+        for at, xor in flips:
+            mutated[at] ^= xor
+        _check(kind, bytes(mutated[:cut] if cut is not None else mutated), tmp_path)
+
+    case()
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_read(tmp_path):
+    from herl.errors import ArchiveError
+
+    path = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(META_NAME, json.dumps({"format": "herl", "kind": "model", "format_version": 1}))
+        archive.writestr(ARRAYS_NAME, b"\0" * 200_000_000)  # 200 MB of zeros: ~200 KB compressed
+    assert path.stat().st_size < 1_000_000
+    with pytest.raises(ArchiveError, match="decompression bomb"):
+        SAC.load(path)
+
+
+def test_absurd_spaces_and_folders_are_refused(files, tmp_path):
+    from herl.errors import ArchiveError
+
+    meta, arrays = _unpack(files["model.zip"])
+    meta["action_space"] = {"type": "Discrete", "n": 10**12}
+    path = tmp_path / "m.zip"
+    path.write_bytes(_pack(meta, arrays))
+    with pytest.raises(ArchiveError, match="Discrete n must be a whole number in"):
+        SAC.load(path)
+    with pytest.raises(ArchiveError, match="is a folder"):
+        SAC.load(tmp_path)
+
+
+def test_settings_that_say_where_training_writes_are_not_taken_from_a_file(files, tmp_path):
+    from herl.errors import ArchiveError
+
+    meta, arrays = _unpack(files["model.zip"])
+    meta["config"]["tensorboard_log"] = "/tmp/elsewhere"
+    path = tmp_path / "m.zip"
+    path.write_bytes(_pack(meta, arrays))
+    with pytest.raises(ArchiveError, match="tensorboard_log"):
+        SAC.load(path)
+
+
+def test_nan_weights_warn(files, tmp_path):
+    meta, arrays = _unpack(files["model.zip"])
+    name = next(k for k in arrays if k.startswith("nets/actor/"))
+    arrays[name] = np.full_like(arrays[name], np.nan)
+    path = tmp_path / "m.zip"
+    path.write_bytes(_pack(meta, arrays))
+    with pytest.warns(UserWarning, match=r"the weights of \['actor'\] hold NaN"):
+        SAC.load(path)
+
+
+def test_a_buffer_file_whose_bookkeeping_lies_is_refused_not_sampled_forever(files, tmp_path):
+    from herl.errors import CorruptFileError
+
+    meta, arrays = _unpack(files["her.zip"])
+    rows = arrays["storage/episode_rows"].copy()
+    rows[0, 0, 1] += 1  # the first episode's first row now claims one more transition than its other rows do
+    arrays["storage/episode_rows"] = rows
+    path = tmp_path / "b.zip"
+    path.write_bytes(_pack(meta, arrays))
+    with pytest.raises(CorruptFileError, match="the saved buffer is inconsistent"):
+        HerReplayBuffer.load(path, env=BitFlippingEnv(n_bits=4, continuous=True))
+    buffer = HerReplayBuffer.load(_write(tmp_path, files["her.zip"]), env=BitFlippingEnv(n_bits=4, continuous=True))
+    buffer.storage.is_transition[:] = False  # what no check on load can see any more: sampling still ends
+    buffer.storage.n_transitions -= 1
+    with pytest.raises(CorruptFileError, match="book-keeping contradicts its rows"), time_limit(TIME_LIMIT):
+        buffer.sample(8)
+
+
+def _write(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "valid.zip"
+    path.write_bytes(data)
+    return path
