@@ -1,4 +1,4 @@
-"""The ``herl`` command (also ``python -m herl``): train, eval, plot, check-env, list.
+"""The ``herl`` command (also ``python -m herl``): train, eval, plot, record, export, check-env, list.
 
 Built on the standard library's argparse, so the command adds no dependency to herl. Each subcommand parses its
 flags here and calls :mod:`herl.run`, where the work is done; mistakes a person can fix raise
@@ -21,6 +21,8 @@ EXAMPLES = """examples:
   herl train --resume runs/FetchReach-v4_sac_20260101-120000
   herl eval runs/FetchReach-v4_sac_20260101-120000 --episodes 50 --video reach.mp4
   herl plot runs/A runs/B -o curves.png
+  herl record --env FetchPickAndPlace-v4 --policy scripted --episodes 100 -o demos/
+  herl export runs/FetchReach-v4_sac_20260101-120000 -o policy.onnx
 """
 
 
@@ -98,6 +100,29 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE", help="env arguments")
     check.add_argument("--steps", type=_positive_int, default=50, help="random steps checked (default: 50)")
     check.set_defaults(func=_cmd_check_env)
+
+    rec = commands.add_parser("record", help="record demonstrations (a Minari dataset) from a scripted expert or a model",
+                              allow_abbrev=False)
+    rec.add_argument("--env", required=True, metavar="ID", help="env id, e.g. FetchPickAndPlace-v4")
+    rec.add_argument("--policy", default="scripted", metavar="scripted|MODEL",
+                     help="herl's scripted expert for the env (Fetch tasks), or a model file or run folder")
+    rec.add_argument("--episodes", type=_positive_int, default=100, help="episodes to record (default: 100)")
+    rec.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="dataset folder to write")
+    rec.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    rec.add_argument("--successful-only", action="store_true", help="keep only successful episodes (runs more)")
+    rec.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE", help="env arguments")
+    rec.add_argument("--device", default="auto", help="torch device for a model (default: auto)")
+    rec.set_defaults(func=_cmd_record)
+
+    exp = commands.add_parser("export", help="a model's deterministic policy as ONNX or TorchScript", allow_abbrev=False)
+    exp.add_argument("target", type=Path, metavar="MODEL_OR_RUN", help="a model .zip or a run folder")
+    exp.add_argument("-o", "--output", type=Path, required=True, help="file to write, e.g. policy.onnx or policy.pt")
+    exp.add_argument("--format", choices=("onnx", "torchscript"),
+                     help="default: torchscript for .pt/.pth/.ts files, onnx otherwise")
+    exp.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                     help="compare onnxruntime's actions with predict's on 1,000 observations (default: yes)")
+    exp.add_argument("--device", default="cpu", help="torch device to export from (default: cpu)")
+    exp.set_defaults(func=_cmd_export)
 
     listing = commands.add_parser("list", help="envs with a preset, algorithms, goal strategies", allow_abbrev=False)
     listing.set_defaults(func=_cmd_list)
@@ -316,6 +341,21 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     output = plot_runs(args.runs, args.output, metric=args.metric, x=args.x, band=args.band, labels=args.label,
                        title=args.title, references=references)
     print(f"wrote {output}")
+    return 0
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    from herl.run.demos import record
+
+    print(record(args.env, args.policy, episodes=args.episodes, output=args.output, seed=args.seed,
+                 env_kwargs=_env_set(args.set), successful_only=args.successful_only, device=args.device))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from herl.run.demos import export
+
+    print(export(args.target, args.output, fmt=args.format, check=args.check, device=args.device))
     return 0
 
 

@@ -462,6 +462,23 @@ class OffPolicyAlgorithm:
 
         write_model(self, path)
 
+    def export_onnx(self, path: str | os.PathLike, **kwargs: Any) -> Any:
+        """Write the deterministic policy (normalization and action scaling included) as one ONNX graph whose
+        inputs are the observation entries; see :mod:`herl.export` (also TorchScript, and a check against
+        :meth:`predict`). Returns the path."""
+        from herl.export import export_onnx
+
+        return export_onnx(self, path, **kwargs)
+
+    def pretrain(self, dataset: Any, n_epochs: int = 10, learning_rate: float = 1e-4, **kwargs: Any):
+        """Behaviour cloning on demonstrations (Stable Baselines' ``pretrain``): ``dataset`` is a
+        ``herl.demos.Demonstrations``, a dataset folder or a Minari id; see :mod:`herl.demos.pretrain`. Returns
+        the model."""
+        from herl.demos.pretrain import pretrain
+
+        pretrain(self, dataset, n_epochs=n_epochs, learning_rate=learning_rate, **kwargs)
+        return self
+
     @classmethod
     def load(cls, path: str | os.PathLike, env: Any = None, device: torch.device | str = "auto",
              custom_objects: Mapping[str, Any] | None = None, force_reset: bool = True, **overrides: Any):
