@@ -117,6 +117,9 @@ def test_bad_arguments_name_the_fix():
             algo("MultiInputPolicy", BitFlippingEnv(n_bits=4))
     with pytest.raises(ValueError, match="batch_norm_momentum must be in"):
         CrossQ("MultiInputPolicy", env, policy_kwargs=dict(batch_norm_momentum=0.0))
+    for bad in (dict(batch_norm_momentum=float("nan")), dict(batch_norm_eps=float("nan")), dict(batch_norm_eps=0.0)):
+        with pytest.raises(ValueError, match="batch_norm"):
+            CrossQ("MultiInputPolicy", env, policy_kwargs=bad)
     with pytest.raises(ValueError, match="tau=0.05 is not allowed.*CrossQ has no target networks"):
         CrossQ("MultiInputPolicy", env, tau=0.05)
     with pytest.raises(ValueError, match="policy_delay must be an integer >= 1"):

@@ -18,6 +18,7 @@ pass and one fused Adam step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -70,7 +71,7 @@ class CrossQ(SAC):
         arch, options = self.policy_config, self.policy_config.options
         if not 0.0 < options["batch_norm_momentum"] <= 1.0:
             raise ValueError(f"policy_kwargs batch_norm_momentum must be in (0, 1], got {options['batch_norm_momentum']}")
-        if options["batch_norm_eps"] <= 0 or options["renorm_warmup_steps"] < 0:
+        if not (options["batch_norm_eps"] > 0 and math.isfinite(options["batch_norm_eps"])) or options["renorm_warmup_steps"] < 0:
             raise ValueError("policy_kwargs batch_norm_eps must be > 0 and renorm_warmup_steps >= 0, got "
                              f"{options['batch_norm_eps']} and {options['renorm_warmup_steps']}")
         norm = dict(momentum=options["batch_norm_momentum"], eps=options["batch_norm_eps"],
