@@ -44,6 +44,7 @@ class BatchRenorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(shape))
         self.bias = nn.Parameter(torch.zeros(shape))
         self.momentum, self.eps, self.warmup_steps = float(momentum), float(eps), int(warmup_steps)
+        self._steps: int | None = None  # the steps buffer as a Python int: no device sync per forward pass on CUDA
         self.r_max, self.d_max = float(r_max), float(d_max)
 
     def forward(self, x: torch.Tensor, *, detach_params: bool = False) -> torch.Tensor:
@@ -59,7 +60,9 @@ class BatchRenorm(nn.Module):
         centered = x - mean
         var = centered.square().sum(dim=-2, keepdim=True) / max(n - 1, 1)  # unbiased, as torch.var
         inv_std = (var + self.eps).rsqrt()
-        if int(self.steps) >= self.warmup_steps:
+        if self._steps is None:
+            self._steps = int(self.steps)
+        if self._steps >= self.warmup_steps:
             with torch.no_grad():
                 running_inv_std = (self.running_var + self.eps).rsqrt()
                 r = (running_inv_std / inv_std).clamp_(1.0 / self.r_max, self.r_max)  # batch std / running std
@@ -72,7 +75,12 @@ class BatchRenorm(nn.Module):
             self.running_mean.lerp_(mean, self.momentum)
             self.running_var.lerp_(var, self.momentum)
             self.steps += 1
+        self._steps += 1
         return out
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._steps = None  # read again from the loaded buffer
 
 
 class RenormMLP(nn.Module):
