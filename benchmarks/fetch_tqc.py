@@ -9,13 +9,15 @@ Two measurements (issue 8):
   training episodes in which the block moved (> 1 cm), the critics' mean value on a sampled batch
   next to the bound ``-1/(1-gamma)`` of returns of -1/0 rewards, and (herl) the normalizer's spread.
   Run it once per library and seed, e.g. two processes side by side.
-* ``speed``: env steps per second while learning, herl and sb3-contrib alternating in one process.
+* ``speed``: env steps per second while learning, herl (float32 and mixed bfloat16 precision) and sb3-contrib
+  taking turns in one process.
 
 Usage::
 
     python benchmarks/fetch_tqc.py curve --lib herl --steps 100000 --out runs/push_herl.csv
     python benchmarks/fetch_tqc.py curve --lib sb3 --steps 100000 --out runs/push_sb3.csv
     python benchmarks/fetch_tqc.py speed --steps 2000 --repeats 3
+    python benchmarks/fetch_tqc.py speed --net-arch 512 512 512 --batch-size 512
     python benchmarks/fetch_tqc.py plot runs/push_herl.csv runs/push_sb3.csv --out docs/images/push_side_by_side.png
 """
 
@@ -76,6 +78,7 @@ def make_model(lib: str, env: gym.Env, seed: int, args: argparse.Namespace):
         from herl import TQC, HerReplayBuffer
 
         extra = dict(normalize_observations=args.normalize, clip_target=args.clip_target, squash_eps=args.squash_eps)
+        kwargs["policy_kwargs"]["precision"] = args.precision
         return TQC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=seed, device="cpu",
                    replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"), **kwargs, **extra)
     from sb3_contrib import TQC
@@ -143,17 +146,20 @@ def curve(args: argparse.Namespace) -> None:
 
 
 def speed(args: argparse.Namespace) -> None:
-    rates: dict[str, list[float]] = {"herl": [], "sb3": []}
+    """herl in float32 and in mixed bfloat16 precision, and sb3-contrib, taking turns in this one process."""
+    variants = {"herl float32": ("herl", "float32"), "herl bfloat16": ("herl", "bfloat16"), "sb3-contrib": ("sb3", "float32")}
+    rates: dict[str, list[float]] = {name: [] for name in variants}
     for rep in range(args.repeats):
-        for lib in rates:
-            model = make_model(lib, make_env(args.env), 0, args)
+        for name, (lib, precision) in variants.items():
+            model = make_model(lib, make_env(args.env), 0, argparse.Namespace(**{**vars(args), "precision": precision}))
             model.learn(args.learning_starts + 100)
             start = time.perf_counter()
             model.learn(args.steps, reset_num_timesteps=False)
-            rates[lib].append(args.steps / (time.perf_counter() - start))
-            print(f"[{rep}] {lib}: {rates[lib][-1]:.1f} env steps/s while learning", flush=True)
-    herl, sb3 = np.median(rates["herl"]), np.median(rates["sb3"])
-    print(f"median: herl {herl:.1f} steps/s, sb3-contrib {sb3:.1f} steps/s, ratio {herl / sb3:.2f}x")
+            rates[name].append(args.steps / (time.perf_counter() - start))
+            print(f"[{rep}] {name}: {rates[name][-1]:.1f} env steps/s while learning", flush=True)
+    medians = {name: float(np.median(r)) for name, r in rates.items()}
+    peer = medians["sb3-contrib"]
+    print("median: " + ", ".join(f"{name} {rate:.1f} steps/s ({rate / peer:.2f}x)" for name, rate in medians.items()))
 
 
 def plot(args: argparse.Namespace) -> None:
@@ -208,6 +214,8 @@ def main() -> None:
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--clip-target", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--squash-eps", type=float, default=0.0, help="SB3's tanh log-determinant (1e-6) instead of the exact one")
+    parser.add_argument("--precision", choices=["float32", "bfloat16"], default="float32",
+                        help="the hidden layers' matmuls (bfloat16: mixed precision, weights stay float32)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads; {vars(args)}", flush=True)

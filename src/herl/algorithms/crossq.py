@@ -74,6 +74,9 @@ class CrossQ(SAC):
         if not (options["batch_norm_eps"] > 0 and math.isfinite(options["batch_norm_eps"])) or options["renorm_warmup_steps"] < 0:
             raise ValueError("policy_kwargs batch_norm_eps must be > 0 and renorm_warmup_steps >= 0, got "
                              f"{options['batch_norm_eps']} and {options['renorm_warmup_steps']}")
+        if arch.precision != "float32":
+            raise ValueError(f"policy_kwargs precision={arch.precision!r} is not supported by CrossQ (its batch-renormalized "
+                             "layers run in float32): leave precision at 'float32', or use SAC or TQC")
         norm = dict(momentum=options["batch_norm_momentum"], eps=options["batch_norm_eps"],
                     warmup_steps=options["renorm_warmup_steps"], activation=arch.activation, generator=generator)
         trunk = RenormMLP(self.obs_dim, 2 * self.action_dim, arch.actor_arch, **norm)

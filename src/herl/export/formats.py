@@ -28,7 +28,7 @@ def export_onnx(model: Any, path: str | os.PathLike, *, opset: int = ONNX_OPSET)
     graph = PolicyGraph(model)
     names = [spec.name for spec in input_specs(model)]
     dynamic = {name: {0: "batch"} for name in [*names, OUTPUT_NAME]}
-    with _eval_mode(model), warnings.catch_warnings():
+    with _export_mode(model), warnings.catch_warnings():
         # torch >= 2.9 prefers its dynamo exporter (which needs onnxscript); the TorchScript-based one exports
         # these small MLPs exactly and needs nothing beyond torch
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
@@ -41,7 +41,7 @@ def export_torchscript(model: Any, path: str | os.PathLike) -> Path:
     """Write ``model``'s deterministic policy to ``path`` as a TorchScript module (``torch.jit.load(path)``, then
     ``module(*entries)`` with the entries of :func:`~herl.export.input_specs` in order); returns the path."""
     path = Path(path)
-    with _eval_mode(model), warnings.catch_warnings():
+    with _export_mode(model), warnings.catch_warnings():
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning))
         traced = torch.jit.trace(PolicyGraph(model).eval(), example_inputs(model), check_trace=False)
         # weights as constants: a deployed policy computes no gradients
@@ -52,8 +52,8 @@ def export_torchscript(model: Any, path: str | os.PathLike) -> Path:
 def check_onnx(model: Any, path: str | os.PathLike, *, n_observations: int = 1000, seed: int = 0,
                atol: float = 1e-5) -> float:
     """Compare onnxruntime's actions for the ONNX file at ``path`` with ``model.predict(obs, deterministic=True)``
-    on ``n_observations`` observations sampled from the model's observation space; returns the largest absolute
-    difference, and raises AssertionError when it exceeds ``atol`` (for Discrete actions, any difference)."""
+    on ``n_observations`` observations sampled from the model's observation space (in float32, as exported, for a
+    model trained with ``precision="bfloat16"``); returns the largest absolute difference, and raises AssertionError when it exceeds ``atol`` (for Discrete actions, any difference)."""
     try:
         import onnxruntime
     except ImportError as err:
@@ -67,7 +67,8 @@ def check_onnx(model: Any, path: str | os.PathLike, *, n_observations: int = 100
                              "was it exported from another model?")
     onnx_actions = session.run([OUTPUT_NAME], observations)[0]
     predict_obs = observations["obs"] if list(observations) == ["obs"] else observations
-    herl_actions, _ = model.predict(predict_obs, deterministic=True)
+    with _export_mode(model):  # the float32 forward pass that was exported
+        herl_actions, _ = model.predict(predict_obs, deterministic=True)
     if onnx_actions.shape != herl_actions.shape:
         raise AssertionError(f"ONNX actions have shape {onnx_actions.shape}, predict's {herl_actions.shape}")
     error = float(np.max(np.abs(onnx_actions.astype(np.float64) - herl_actions.astype(np.float64))))
@@ -78,17 +79,24 @@ def check_onnx(model: Any, path: str | os.PathLike, *, n_observations: int = 100
     return error
 
 
-class _eval_mode:
-    """The model's networks in evaluation mode for the export, restored afterwards."""
+class _export_mode:
+    """The model's networks in evaluation mode and in float32 for the export, restored afterwards (a model
+    trained with ``precision="bfloat16"`` keeps float32 weights; its exported graph computes in float32)."""
 
     def __init__(self, model: Any) -> None:
         self.nets = model.nets
         self.modes: dict[Any, bool] = {}
+        self.dtypes: dict[Any, Any] = {}
 
     def __enter__(self) -> None:
         self.modes = {m: m.training for m in self.nets.modules()}
+        self.dtypes = {m: m.hidden_dtype for m in self.nets.modules() if hasattr(m, "hidden_dtype")}
         self.nets.train(False)
+        for module in self.dtypes:
+            module.hidden_dtype = None
 
     def __exit__(self, *exc: Any) -> None:
         for module, mode in self.modes.items():
             module.train(mode)
+        for module, dtype in self.dtypes.items():
+            module.hidden_dtype = dtype

@@ -7,7 +7,7 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.online_sampling``,
   ``her.copy_info_dict``;
-- ``policy.net_arch``, ``policy.activation_fn``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
+- ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
   ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
 - ``eval.freq``, ``eval.episodes``, ``eval.deterministic``; ``checkpoint.freq``, ``checkpoint.keep``.
@@ -58,6 +58,8 @@ class PolicySettings:
     """Hidden layers of actor and critics; None: the algorithm's default."""
     activation_fn: str = "relu"
     """Activation between layers."""
+    precision: str = "float32"
+    """Dtype of the hidden-to-hidden matmuls: float32, or bfloat16 (mixed precision; weights stay float32)."""
     n_critics: int | None = None
     """Critics in the ensemble; None: the algorithm's default (DDPG 1, TD3/SAC 2)."""
     n_quantiles: int | None = None
@@ -68,7 +70,7 @@ class PolicySettings:
     """CrossQ: updates that normalize with batch statistics only, before the running ones take over; None: 100,000."""
 
     def to_policy_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"activation_fn": self.activation_fn}
+        kwargs: dict[str, Any] = {"activation_fn": self.activation_fn, "precision": self.precision}
         if self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
         for name in ("n_critics", "n_quantiles", "batch_norm_momentum", "renorm_warmup_steps"):

@@ -27,6 +27,7 @@ from torch import nn
 
 from herl.buffers import HerReplayBuffer, ReplayBuffer
 from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, as_integer, check, integer
+from herl.nn.mlp import set_precision
 from herl.nn.policies import ObservationEncoder
 from herl.training.config import SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
@@ -138,6 +139,7 @@ class OffPolicyAlgorithm:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)  # for any layer that initializes itself from the global generator
             self._build(torch.Generator().manual_seed(init_seed))
+        set_precision(self.nets, self.policy_config.precision)
         self.nets.to(self.device)
         self._make_optimizers()
         self._train_info: dict[str, torch.Tensor | float] = {}  # the last update's losses, read at log time
