@@ -51,6 +51,13 @@ def test_minari_round_trip_keeps_goal_keys(reach_demos):
     assert minari.MinariDataset(path / "data").total_episodes == 6  # Minari itself reads it
 
 
+def test_a_relative_dataset_folder_is_written_and_read(tmp_path, monkeypatch):
+    # `herl record -o demos/` is the documented use: Minari once looked for demos/data/demos/data/main_data.hdf5
+    monkeypatch.chdir(tmp_path)
+    demos = generate_expert_traj(reach_expert, "demos/reach", PointReachEnv(), n_episodes=2, seed=0)
+    assert load_minari("demos/reach").n_episodes == 2 == demos.n_episodes
+
+
 def test_next_observation_is_the_following_observation(reach_demos):
     demos, _ = reach_demos
     starts = set(demos.episode_starts.tolist())

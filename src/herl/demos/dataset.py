@@ -135,7 +135,7 @@ def save_minari(demos: Demonstrations, path: str | os.PathLike, *, env_spec: Any
     """Write ``demos`` as a Minari dataset in the folder ``path`` (which must not hold one); returns the path."""
     minari_storage = _import_minari()
     path = Path(path)
-    data_path = path / "data"
+    data_path = path.resolve() / "data"  # Minari joins a relative folder to itself when it measures the file
     if (data_path / METADATA_FILE).exists():
         raise DatasetError(f"{path} already holds a dataset: choose another folder or delete it")
     data_path.mkdir(parents=True, exist_ok=True)
