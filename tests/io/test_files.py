@@ -53,3 +53,37 @@ def test_saved_files_get_the_permissions_of_new_files(tmp_path):
         assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     finally:
         os.umask(mask)
+
+
+def test_a_file_from_before_a_default_changed_keeps_its_behaviour(tmp_path):
+    # squash_eps became a field with default 0 (the exact log-determinant), then took SB3's 1e-6: a model file or
+    # run config without the field must go on computing what it computed when it was written
+    import json
+    import zipfile
+
+    from herl import SAC, TQC
+    from herl.envs import PointReachEnv
+    from herl.run.config import NoiseSettings, TrainConfig
+    from herl.run.train import read_config
+
+    assert SAC("MultiInputPolicy", PointReachEnv()).config.squash_eps == 1e-6
+    path = TQC("MultiInputPolicy", PointReachEnv(), seed=0).save(tmp_path / "m")
+    path = tmp_path / "m.zip"
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    meta = json.loads(members["meta.json"])
+    del meta["config"]["squash_eps"]
+    members["meta.json"] = json.dumps(meta).encode()
+    old = tmp_path / "old.zip"
+    with zipfile.ZipFile(old, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    assert TQC.load(old).config.squash_eps == 0.0
+    assert TQC.load(path).config.squash_eps == 1e-6  # a file that has the field keeps its value
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = TrainConfig(algo="sac", env="herl/PointReach-v0", hyperparameters={"learning_rate": 1e-3},
+                         noise=NoiseSettings(type="none"))
+    (run_dir / "config.json").write_text(json.dumps(config.to_json()))
+    assert read_config(run_dir).hyperparameters == {"learning_rate": 1e-3, "squash_eps": 0.0}

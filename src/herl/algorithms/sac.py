@@ -36,15 +36,18 @@ class SACConfig(OffPolicyConfig):
     """Entropy the learned alpha aims for; ``"auto"``: minus the action dimension."""
     target_update_interval: int = 1
     """Gradient steps between target-critic updates."""
-    squash_eps: float = 0.0
-    """The tanh squashing's log-determinant in the policy's log-probability: 0 for the exact
-    ``log(1 - tanh(u)^2)``; SB3, sb3-contrib and the SAC authors' code use ``log(1 - tanh(u)^2 + 1e-6)``, which
-    stops at ``log(1e-6)`` per dimension: fully saturated actions (``|u| > 7``) then cost no entropy, so a noisy
-    policy can explore with bang-bang actions."""
+    squash_eps: float = 1e-6
+    """The tanh squashing's log-determinant in the policy's log-probability, ``log(1 - tanh(u)^2 + squash_eps)``:
+    SB3's, sb3-contrib's and the SAC authors' form (the default, 1e-6), which stops at ``log(1e-6)`` per dimension,
+    so that fully saturated actions (``|u| > 7``) cost no entropy and a noisy policy can explore with bang-bang
+    actions (on FetchPush it moved the block more often than the exact form); 0 for the exact
+    ``log(1 - tanh(u)^2)``."""
     random_action_prob: float = 0.0
     """Probability that an exploration step takes a uniformly random action instead of the policy's sample
     (SB2's ``random_exploration``, "useful when using HER")."""
 
+    # squash_eps came with the exact form as its default (0); files from before it was a field computed that form
+    former_defaults: ClassVar[Mapping[str, Any]] = {"squash_eps": 0.0}
     field_rules: ClassVar[Mapping[str, Rule | None]] = {
         "target_update_interval": POSITIVE_INT,
         "random_action_prob": PROBABILITY,

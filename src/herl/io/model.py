@@ -141,7 +141,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     _, params = read_model(path, expected=cls.__name__)
     buffers = {"HerReplayBuffer": HerReplayBuffer, "ReplayBuffer": ReplayBuffer}
     try:
-        config = _field(meta, "config", dict)
+        config = cls.config_class.with_former_defaults(_field(meta, "config", dict))
         unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls.config_class)})
         if unknown:
             raise ArchiveError(f"{path}: its config holds {unknown}, which are not {cls.__name__} hyperparameters "

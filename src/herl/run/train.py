@@ -35,7 +35,7 @@ from herl.run.checkpoint import (
     share_like_new_files,
     write_checkpoint,
 )
-from herl.run.config import TrainConfig, algorithm_class, validate_config
+from herl.run.config import ALGOS, TrainConfig, algorithm_class, validate_config
 from herl.run.envs import make_env, make_training_env
 from herl.run.errors import CLIError, Interrupted
 from herl.run.progress import Progress
@@ -448,6 +448,10 @@ def read_config(run_dir: Path) -> TrainConfig:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise TypeError(f"it holds a {type(data).__name__}, not a mapping of settings")
+        if isinstance(data.get("hyperparameters"), dict) and data.get("algo") in ALGOS:
+            # every hyperparameter is written; one missing is a field added or re-defaulted since
+            config_class = algorithm_class(data["algo"]).config_class
+            data["hyperparameters"] = config_class.with_former_defaults(data["hyperparameters"])
         config = TrainConfig.from_json(data)
         validate_config(config)
         return config

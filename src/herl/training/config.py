@@ -53,6 +53,9 @@ class OffPolicyConfig:
     stats_window_size: int = 100
     """Episodes averaged in ``rollout/ep_rew_mean`` and ``rollout/success_rate``."""
 
+    # Defaults that changed, with the value they had: a saved config without the field gets the old one.
+    former_defaults: ClassVar[Mapping[str, Any]] = {}
+
     # What each field allows, checked at construction (issue 10: one validation path for the Python API, --set,
     # presets and model files). A subclass adds its own fields' rules in its own ``field_rules``; a field with no
     # rule is checked against its default's type (a float field takes a finite number, ...).
@@ -99,6 +102,12 @@ class OffPolicyConfig:
         if isinstance(values.get("clip_target"), list):
             values["clip_target"] = tuple(values["clip_target"])
         return cls(**values)  # __post_init__ validates
+
+    @classmethod
+    def with_former_defaults(cls, saved: Mapping[str, Any]) -> dict[str, Any]:
+        """``saved`` (a config read from a file) with :attr:`former_defaults` filled in where it lacks them: a file
+        written before a field existed, or before its default changed, keeps training as it did."""
+        return {**cls.former_defaults, **saved}
 
     def validate(self) -> None:
         """Check every field (raises :class:`herl.errors.ConfigError` naming the field, the value and what is allowed)."""
