@@ -369,6 +369,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from herl.distributed.sweep import SweepSpec, parse_search, resume_sweep, run_sweep
 
     if args.resume is not None:
+        settings_flags = {"--algo": args.algo, "--timesteps": args.timesteps, "--n-envs": args.n_envs, "--her": args.her,
+                          "--no-her": args.no_her or None, "--device": args.device, "--threads": args.threads,
+                          "--set": args.set or None, "--seeds": args.seeds, "--search": args.search,
+                          "--sweep-dir": args.sweep_dir}
+        given = [flag for flag, value in settings_flags.items() if value is not None]
+        if given:
+            raise CLIError(f"--resume continues a sweep with its own settings (its sweep.json); it takes --address "
+                           f"and --cpus, not {', '.join(given)}")
         result = resume_sweep(args.resume, env=args.env, preset=args.preset or (str(args.config) if args.config else None),
                               address=args.address, cpus=args.cpus)
     else:

@@ -86,7 +86,7 @@ def parse_search(text: str, algo: str) -> SearchParam:
                        + ", ".join(DISTRIBUTIONS.values()))
     usage = f"--search {key}={DISTRIBUTIONS[distribution]}, got {text!r}"
     if distribution == "choice":
-        values = tuple(parse_value(v.strip()) for v in rest.split(",") if v.strip())
+        values = tuple(parse_value(v.strip()) for v in _split_top_level(rest) if v.strip())
         if not values:
             raise CLIError(usage)
         return SearchParam(key, distribution, values)
@@ -99,6 +99,26 @@ def parse_search(text: str, algo: str) -> SearchParam:
     if not low < high or (distribution.startswith("log") and low <= 0):
         raise CLIError(f"{usage}: LOW must be below HIGH" + (" and above 0" if distribution.startswith("log") else ""))
     return SearchParam(key, distribution, (low, high))
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``A,B,...`` split at the commas outside brackets and quotes (``[64,64],[256,256]`` is two values)."""
+    parts, depth, quote, current = [], 0, "", ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += char
+    return [*parts, current]
 
 
 @dataclass(frozen=True)

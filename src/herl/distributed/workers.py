@@ -222,8 +222,11 @@ def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwarg
             due = budget.due(model)
             # Take what has arrived; wait for an episode only when the data allows no update.
             tic = time.perf_counter()
-            ready, _ = ray.wait(list(pending), num_returns=len(pending) if due > 0 else 1, timeout=0 if due > 0 else None)
-            stats.wait_seconds += time.perf_counter() - tic if due <= 0 else 0.0
+            if due > 0:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            else:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                stats.wait_seconds += time.perf_counter() - tic
             go_on = True
             for ref in ready:
                 actor = pending.pop(ref)
