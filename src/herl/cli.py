@@ -1,4 +1,4 @@
-"""The ``herl`` command (also ``python -m herl``): train, eval, plot, record, export, check-env, list.
+"""The ``herl`` command (also ``python -m herl``): train, sweep, eval, plot, record, export, check-env, list.
 
 Built on the standard library's argparse, so the command adds no dependency to herl. Each subcommand parses its
 flags here and calls :mod:`herl.run`, where the work is done; mistakes a person can fix raise
@@ -23,6 +23,10 @@ EXAMPLES = """examples:
   herl plot runs/A runs/B -o curves.png
   herl record --env FetchPickAndPlace-v4 --policy scripted --episodes 100 -o demos/
   herl export runs/FetchReach-v4_sac_20260101-120000 -o policy.onnx
+  herl train --env FetchReach-v4 --workers 2                     # 2 Ray actors collect (herl[ray])
+  herl sweep --env FetchReach-v4 --seeds 4                       # seeds in parallel on Ray Tune
+  herl sweep --env FetchReach-v4 --search learning_rate=loguniform:1e-4:3e-3 --trials 20
+  herl train --config sweeps/FetchReach-v4_sac_20260101-120000/best.toml
 """
 
 
@@ -32,7 +36,6 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
     )
     from herl import __version__
-    from herl.run.config import ALGOS
 
     parser.add_argument("--version", action="version", version=f"herl {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
@@ -40,29 +43,47 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train an agent; writes a run folder", allow_abbrev=False,
                                 description="Train an agent. Settings come from the env's preset, then the flags, "
                                 "then --set. Each seed gets RUN_DIR/seed_<S>/.")
-    train.add_argument("--algo", choices=ALGOS, help="algorithm (default: the preset's)")
-    train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0")
-    train.add_argument("--preset", metavar="NAME", help="preset to use (default: the one for the env; see herl list)")
-    train.add_argument("--timesteps", type=_positive_int, metavar="N", help="env steps to train for")
+    _add_settings_flags(train)
     train.add_argument("--seed", type=int, nargs="+", default=[0], metavar="S", help="one run per seed (default: 0)")
-    train.add_argument("--n-envs", type=_positive_int, metavar="N", help="envs stepped together")
-    her = train.add_mutually_exclusive_group()
-    her.add_argument("--her", metavar="STRATEGY:K", help="relabel with future|final|episode|random, K goals per "
-                     "transition (default: on for goal envs, future:4 unless the preset says otherwise)")
-    her.add_argument("--no-her", action="store_true", help="plain replay, no relabeling")
-    train.add_argument("--device", metavar="D", help="torch device: auto, cpu, cuda, cuda:1, ...")
-    train.add_argument("--threads", type=_positive_int, metavar="N",
-                       help="torch CPU threads per run (default: 1, fastest for small networks)")
     train.add_argument("--run-dir", type=Path, metavar="DIR", help="run folder (default: runs/<env>_<algo>_<time>)")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="any setting, e.g. learning_rate=1e-3, env.n_bits=15, her.n_sampled_goal=8, "
-                       "policy.net_arch=[64,64], eval.freq=1000 (repeatable; a wrong key lists the valid ones)")
     train.add_argument("--jobs", type=_positive_int, default=1, metavar="J", help="seeds trained in parallel processes")
     train.add_argument("--resume", type=Path, metavar="RUN_DIR",
                        help="continue a run (or every seed of one) from its last checkpoint")
     train.add_argument("--progress", choices=("auto", "bar", "log", "off"), default="auto",
                        help="progress display (auto: a bar on a terminal, lines otherwise)")
+    train.add_argument("--workers", type=_non_negative_int, metavar="N",
+                       help="Ray actors collecting episodes for the learner (needs herl[ray]; default 0: no Ray)")
+    _add_ray_flags(train)
     train.set_defaults(func=_cmd_train)
+
+    sweep = commands.add_parser(
+        "sweep", help="seeds or a hyperparameter search in parallel, on Ray Tune (herl[ray])", allow_abbrev=False,
+        description="Run the settings over seeds (--seeds N), or search them (--search, Optuna's sampler with ASHA "
+        "early stopping), each trial an ordinary run folder in SWEEP_DIR/runs/. Writes SWEEP_DIR/summary.csv and "
+        "SWEEP_DIR/best.toml (for herl train --config).")
+    _add_settings_flags(sweep)
+    what = sweep.add_mutually_exclusive_group()
+    what.add_argument("--seeds", type=_positive_int, metavar="N", help="run the settings over seeds 0..N-1")
+    what.add_argument("--search", action="append", metavar="KEY=DIST:ARGS",
+                      help="a setting to search: uniform:LOW:HIGH, loguniform:LOW:HIGH, int:LOW:HIGH, "
+                      "logint:LOW:HIGH, choice:A,B,... (repeatable)")
+    sweep.add_argument("--trials", type=_positive_int, default=20, metavar="N",
+                       help="settings sampled by --search (default: 20)")
+    sweep.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of --search trials, and of "
+                       "the sampler (default: 0)")
+    sweep.add_argument("--metric", default="eval/success_rate", help="what --search optimizes and the summary "
+                       "ranks by (default: eval/success_rate)")
+    sweep.add_argument("--mode", choices=("max", "min"), default="max", help="maximize or minimize the metric")
+    sweep.add_argument("--scheduler", choices=("asha", "none"), default="asha",
+                       help="stop bad --search trials early on their eval curve (default: asha)")
+    sweep.add_argument("--max-failures", type=_non_negative_int, default=2, metavar="N",
+                       help="times a crashed trial is retried from its last checkpoint (default: 2)")
+    sweep.add_argument("--sweep-dir", type=Path, metavar="DIR",
+                       help="sweep folder (default: sweeps/<env>_<algo>_<time>)")
+    sweep.add_argument("--resume", type=Path, metavar="DIR", help="continue a sweep: unfinished trials resume "
+                       "from their last checkpoint, finished ones are kept")
+    _add_ray_flags(sweep)
+    sweep.set_defaults(func=_cmd_sweep)
 
     evaluate = commands.add_parser("eval", help="evaluate a model or run: success rate, return, length",
                                    allow_abbrev=False)
@@ -129,6 +150,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_settings_flags(train: argparse.ArgumentParser) -> None:
+    """The flags that choose a run's settings (train and sweep)."""
+    from herl.run.config import ALGOS
+
+    train.add_argument("--algo", choices=ALGOS, help="algorithm (default: the preset's)")
+    train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0")
+    preset = train.add_mutually_exclusive_group()
+    preset.add_argument("--preset", metavar="NAME", help="preset to use (default: the one for the env; see herl list)")
+    preset.add_argument("--config", type=Path, metavar="FILE.toml",
+                        help="a preset file of your own (the presets' TOML format, e.g. a sweep's best.toml); "
+                        "--env defaults to its env")
+    train.add_argument("--timesteps", type=_positive_int, metavar="N", help="env steps to train for")
+    train.add_argument("--n-envs", type=_positive_int, metavar="N", help="envs stepped together")
+    her = train.add_mutually_exclusive_group()
+    her.add_argument("--her", metavar="STRATEGY:K", help="relabel with future|final|episode|random, K goals per "
+                     "transition (default: on for goal envs, future:4 unless the preset says otherwise)")
+    her.add_argument("--no-her", action="store_true", help="plain replay, no relabeling")
+    train.add_argument("--device", metavar="D", help="torch device: auto, cpu, cuda, cuda:1, ...")
+    train.add_argument("--threads", type=_positive_int, metavar="N",
+                       help="torch CPU threads per run (default: 1, fastest for small networks)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="any setting, e.g. learning_rate=1e-3, env.n_bits=15, her.n_sampled_goal=8, "
+                       "policy.net_arch=[64,64], eval.freq=1000 (repeatable; a wrong key lists the valid ones)")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(float(text)) if "e" in text.lower() else int(text)
@@ -137,6 +183,17 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    return 0 if text.strip() == "0" else _positive_int(text)
+
+
+def _add_ray_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", metavar="auto|HOST:PORT|ray://HOST:PORT",
+                        help="run on an existing Ray cluster (default: a local Ray started by herl)")
+    parser.add_argument("--cpus", type=_positive_int, metavar="N",
+                        help="CPUs of the local Ray herl starts (default: all of this machine's)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,24 +217,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from herl.run.train import find_seed_runs, resume_run, run_parallel
+    from herl.run.train import find_seed_runs, read_config, resume_run, run_parallel
 
     if args.resume is not None:
-        start_only = {"--algo": args.algo, "--env": args.env, "--preset": args.preset, "--n-envs": args.n_envs,
+        start_only = {"--algo": args.algo, "--env": args.env, "--preset": args.preset, "--config": args.config,
+                      "--workers": args.workers, "--n-envs": args.n_envs,
                       "--her": args.her, "--no-her": args.no_her or None, "--device": args.device,
                       "--threads": args.threads, "--run-dir": args.run_dir, "--set": args.set or None}
         given = [flag for flag, value in start_only.items() if value is not None]
         if given or args.seed != [0]:
-            raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs and "
-                           f"--progress, not {', '.join(given) or '--seed'}")
+            raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs, "
+                           f"--progress, --address and --cpus, not {', '.join(given) or '--seed'}")
         runs = find_seed_runs(args.resume)
         print(f"herl train: resuming {len(runs)} run(s) in {args.resume}", flush=True)
         jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress}) for run in runs]
-        _print_summaries(run_parallel(jobs, args.jobs))
+        with _ray_for(args, max(read_config(run).workers for run in runs)):
+            _print_summaries(run_parallel(jobs, args.jobs))
         return 0
-    if args.env is None:
-        raise CLIError("say which env to train on with --env ID (or continue a run with --resume RUN_DIR); "
-                       "`herl list` shows the envs with a preset")
     configs, run_dir = _train_configs(args)
     from herl.run.train import start_run
 
@@ -194,25 +250,61 @@ def _cmd_train(args: argparse.Namespace) -> int:
           f"seed(s) {seeds} -> {run_dir}", flush=True)
     jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress})
             for c in configs]
-    _print_summaries(run_parallel(jobs, args.jobs))
+    with _ray_for(args, config.workers):
+        _print_summaries(run_parallel(jobs, args.jobs))
     quoted = shlex.quote(str(run_dir))
     print(f"curves: herl plot {quoted}    evaluation: herl eval {quoted}    tensorboard --logdir {quoted}")
     return 0
 
 
+def _ray_for(args: argparse.Namespace, workers: int) -> Any:
+    """A Ray session for runs with workers (Ray is imported only then); --address and --cpus need workers."""
+    import contextlib
+
+    if not workers:
+        if args.address is not None or args.cpus is not None:
+            raise CLIError("--address and --cpus say where the workers run: add --workers N (or use herl sweep)")
+        return contextlib.nullcontext()
+    if args.jobs > 1:
+        raise CLIError("--workers trains one seed at a time (its actors take the CPUs): drop --jobs, or run seeds "
+                       "in parallel with `herl sweep --seeds N`")
+    from herl.distributed import ray_session
+
+    return ray_session(args.address, args.cpus, what="--workers")
+
+
 def _train_configs(args: argparse.Namespace) -> tuple[list[Any], Path]:
     """One resolved config per seed, and the run folder, from the train flags."""
-    from herl.run.config import build_config, parse_assignment, parse_her
-    from herl.run.envs import check_her_env, is_goal_env, make_env, resolve_env_id
-    from herl.run.presets import get_preset, preset_for_env
-    from herl.run.train import check_algorithm_fits, default_run_dir
+    from herl.run.config import build_config
+    from herl.run.envs import check_her_env
+    from herl.run.train import default_run_dir
 
-    env_id = resolve_env_id(args.env)
-    preset = get_preset(args.preset) if args.preset else preset_for_env(env_id)
+    settings = _settings(args)
+    configs = [build_config(seed=seed, **settings) for seed in dict.fromkeys(args.seed)]
+    if configs[0].her is not None:
+        check_her_env(configs[0].env, dict(configs[0].env_kwargs))
+    return configs, args.run_dir or default_run_dir(configs[0].env, configs[0].algo)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What the settings flags (train and sweep) say: ``build_config``'s arguments but the seed."""
+    from herl.run.config import parse_assignment, parse_her
+    from herl.run.envs import is_goal_env, make_env, resolve_env_id
+    from herl.run.presets import get_preset, preset_for_env, read_preset_file
+    from herl.run.train import check_algorithm_fits
+
+    preset = read_preset_file(args.config) if args.config else None
+    env = args.env or (preset.env_id() if preset else None)
+    if env is None:
+        raise CLIError("say which env to train on with --env ID (or continue a run with --resume RUN_DIR); "
+                       "`herl list` shows the envs with a preset")
+    env_id = resolve_env_id(env)
+    if preset is None:
+        preset = get_preset(args.preset) if args.preset else preset_for_env(env_id)
     set_layer = dict(parse_assignment(text) for text in args.set)
     flags: dict[str, Any] = {}
     for key, value in (("timesteps", args.timesteps), ("n_envs", args.n_envs), ("device", args.device),
-                       ("threads", args.threads)):
+                       ("threads", args.threads), ("workers", getattr(args, "workers", None))):
         if value is not None:
             flags[key] = value
     if args.her:
@@ -229,11 +321,8 @@ def _train_configs(args: argparse.Namespace) -> tuple[list[Any], Path]:
     finally:
         probe.close()
     layers = [*(preset.layers(algo) if preset else []), ("the command-line flags", flags), ("--set", set_layer)]
-    configs = [build_config(algo=algo, env=env_id, seed=seed, layers=layers, goal_env=goal_env,
-                            preset=preset.name if preset else None) for seed in dict.fromkeys(args.seed)]
-    if configs[0].her is not None:
-        check_her_env(env_id, dict(configs[0].env_kwargs))
-    return configs, args.run_dir or default_run_dir(env_id, algo)
+    return {"algo": algo, "env": env_id, "layers": layers, "goal_env": goal_env,
+            "preset": preset.name if preset else None}
 
 
 def _default_algo(env: Any) -> str:
@@ -271,6 +360,36 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def _numeric(text: str) -> bool:
     return text.replace(",", "").replace(".", "").replace(" s", "").replace("-", "").replace("±", "").strip().isdigit()
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from herl.distributed.cluster import require_ray
+
+    require_ray("herl sweep")
+    from herl.distributed.sweep import SweepSpec, parse_search, resume_sweep, run_sweep
+
+    if args.resume is not None:
+        settings_flags = {"--algo": args.algo, "--timesteps": args.timesteps, "--n-envs": args.n_envs, "--her": args.her,
+                          "--no-her": args.no_her or None, "--device": args.device, "--threads": args.threads,
+                          "--set": args.set or None, "--seeds": args.seeds, "--search": args.search,
+                          "--sweep-dir": args.sweep_dir}
+        given = [flag for flag, value in settings_flags.items() if value is not None]
+        if given:
+            raise CLIError(f"--resume continues a sweep with its own settings (its sweep.json); it takes --address "
+                           f"and --cpus, not {', '.join(given)}")
+        result = resume_sweep(args.resume, env=args.env, preset=args.preset or (str(args.config) if args.config else None),
+                              address=args.address, cpus=args.cpus)
+    else:
+        settings = _settings(args)
+        search = [parse_search(text, settings["algo"]) for text in args.search or []]
+        spec = SweepSpec.create(settings, seeds=args.seeds, search=search, trials=args.trials, seed=args.seed,
+                                metric=args.metric, mode=args.mode, scheduler=args.scheduler,
+                                max_failures=args.max_failures)
+        result = run_sweep(spec, args.sweep_dir or spec.default_dir(), address=args.address, cpus=args.cpus)
+    print(format_table(result.headers, result.rows))
+    for line in result.notes:
+        print(line)
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------------------------

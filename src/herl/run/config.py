@@ -2,7 +2,7 @@
 
 Every setting has one dotted key, the same in a preset file and on the command line:
 
-- ``timesteps``, ``n_envs``, ``device``, ``threads``, ``log_interval``: the run;
+- ``timesteps``, ``n_envs``, ``device``, ``threads``, ``log_interval``, ``workers``, ``broadcast_every``: the run;
 - any hyperparameter of the algorithm (``learning_rate``, ``batch_size``, ...; validated by the algorithm's config);
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.online_sampling``,
@@ -136,6 +136,11 @@ class TrainConfig:
     float sums may differ with another."""
     log_interval: int = 10
     """Episodes between two rows of rollout statistics in progress.csv."""
+    workers: int = 0
+    """Ray actors that collect episodes for the learner (herl[ray]; docs/scaling.md); 0: the envs are stepped in the
+    training process, and Ray is not imported."""
+    broadcast_every: int = 50
+    """With workers: updates between two broadcasts of the acting weights to them."""
     her: HerSettings | None = HerSettings()
     """Hindsight relabeling, or None for plain replay."""
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
@@ -185,7 +190,8 @@ def _jsonable(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------------------------------
 # Dotted keys
 
-RUN_KEYS = {"timesteps": int, "n_envs": int, "device": str, "threads": int, "log_interval": int}
+RUN_KEYS = {"timesteps": int, "n_envs": int, "device": str, "threads": int, "log_interval": int, "workers": int,
+            "broadcast_every": int}
 SECTIONS: dict[str, type] = {
     "her": HerSettings, "policy": PolicySettings, "noise": NoiseSettings, "eval": EvalSettings,
     "checkpoint": CheckpointSettings,
@@ -352,6 +358,7 @@ def validate_config(config: TrainConfig) -> None:
 
     rules = [("timesteps", config.timesteps, POSITIVE_INT), ("n_envs", config.n_envs, POSITIVE_INT),
              ("threads", config.threads, POSITIVE_INT), ("log_interval", config.log_interval, POSITIVE_INT),
+             ("workers", config.workers, NON_NEGATIVE_INT), ("broadcast_every", config.broadcast_every, POSITIVE_INT),
              ("noise.type", config.noise.type, one_of(*NOISE_TYPES[1:])), ("noise.sigma", config.noise.sigma, number(0.0)),
              ("eval.freq", config.eval.freq, NON_NEGATIVE_INT), ("eval.episodes", config.eval.episodes, POSITIVE_INT),
              ("eval.deterministic", config.eval.deterministic, BOOL),
@@ -365,6 +372,9 @@ def validate_config(config: TrainConfig) -> None:
     try:
         for name, value, rule in rules:
             check("", name, value, rule)
+        if config.workers and config.n_envs != 1:
+            raise CLIError(f"with workers, each worker steps one env: use n_envs=1 (got {config.n_envs}) and more "
+                           "workers")
         if not isinstance(config.device, str):
             raise CLIError(f"device must be a torch device name such as auto, cpu or cuda, got {config.device!r}")
     except ConfigError as err:

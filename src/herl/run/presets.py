@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import json
+import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from herl.run.config import ALGOS, SECTIONS, tomllib
+from herl.run.config import ALGOS, RUN_KEYS, SECTIONS, tomllib
 from herl.run.errors import CLIError
 
 _HEADER_KEYS = ("description", "envs", "algo", "algos")
@@ -42,6 +45,12 @@ class Preset:
     def matches(self, env_id: str) -> bool:
         bare_id = env_id.rpartition(":")[2]  # module:EnvId
         return any(fnmatch.fnmatchcase(bare_id, pattern) for pattern in self.envs)
+
+    def env_id(self) -> str | None:
+        """The env id of a preset made for one env (a sweep's ``best.toml``): its only pattern, if it is a plain id."""
+        if len(self.envs) == 1 and not any(c in self.envs[0] for c in "*?["):
+            return self.envs[0]
+        return None
 
     def layers(self, algo: str) -> list[tuple[str, dict[str, Any]]]:
         """The preset's settings for ``algo``, as config layers."""
@@ -105,3 +114,39 @@ def get_preset(name: str) -> Preset:
 def preset_for_env(env_id: str) -> Preset | None:
     """The preset whose ``envs`` patterns match ``env_id``, if any."""
     return next((p for p in load_presets().values() if p.matches(env_id)), None)
+
+
+def read_preset_file(path: Path) -> Preset:
+    """A preset file of the user's (``herl train --config``), in the format of herl's own."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise CLIError(f"cannot read the preset file {path}: {err}") from None
+    return parse_preset(str(path), text)
+
+
+def format_preset(*, description: str, envs: list[str], algo: str, settings: dict[str, Any]) -> str:
+    """A preset file (TOML) holding ``settings`` (dotted keys): the run's and sections' settings for every
+    algorithm, the algorithm's hyperparameters in its ``[algos.<algo>]`` table. :func:`parse_preset` reads it back."""
+    common = {k: v for k, v in settings.items() if "." in k or k in RUN_KEYS}
+    own = {k: v for k, v in settings.items() if k not in common}
+    lines = [f"description = {_toml(description)}", f"envs = {_toml(envs)}", f"algo = {_toml(algo)}", ""]
+    lines += [f"{key} = {_toml(value)}" for key, value in sorted(common.items())]
+    lines += ["", f"[algos.{algo}]", *(f"{key} = {_toml(value)}" for key, value in sorted(own.items()))]
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    """A TOML value for the settings' types: booleans, numbers, strings and lists of them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return ("inf" if value > 0 else "-inf") if math.isinf(value) else "nan" if math.isnan(value) else repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise CLIError(f"a preset file cannot hold {value!r} ({type(value).__name__})")

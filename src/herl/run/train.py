@@ -20,6 +20,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -120,8 +121,9 @@ class RunCallback(BaseCallback):
     """
 
     def __init__(self, *, config: TrainConfig, run_dir: Path, eval_env: Any, progress: Progress, fresh: bool,
-                 history: list[tuple[int, float | None, float]]) -> None:
+                 history: list[tuple[int, float | None, float]], on_eval: OnEval | None = None) -> None:
         super().__init__()
+        self.on_eval = on_eval
         self.config, self.run_dir, self.eval_env, self.progress, self.fresh = config, run_dir, eval_env, progress, fresh
         self.history = history  # (step, success rate, mean reward) of every evaluation, resumed runs' included
         self._next_eval = self._next_checkpoint = 0
@@ -173,6 +175,10 @@ class RunCallback(BaseCallback):
             logger.record("eval/success_rate", success)
         logger.dump(step)
         self.history.append((step, success, float(np.mean(rewards))))
+        if self.on_eval is not None:
+            metrics = {"time/total_timesteps": step, "eval/mean_reward": float(np.mean(rewards)),
+                       "eval/mean_ep_length": float(np.mean(lengths))}
+            self.on_eval(metrics if success is None else {**metrics, "eval/success_rate": success})
         self.progress.set_success(success)
         self.progress.restart_rate()
 
@@ -180,6 +186,11 @@ class RunCallback(BaseCallback):
         write_checkpoint(self.run_dir, self.model, self.model.get_env(), wall_time=self.run_logger.wall_time(),
                          keep=self.config.checkpoint.keep)
         self.progress.restart_rate()
+
+
+OnEval = Callable[[dict[str, float]], None]
+"""Called with each evaluation's results (``eval/success_rate``, ``eval/mean_reward``, ``eval/mean_ep_length``,
+``time/total_timesteps``): how a sweep's trial reports to Ray Tune."""
 
 
 class Stopped(Exception):
@@ -287,7 +298,7 @@ def _alive(pid: int) -> bool:  # pragma: no cover - Windows
 
 
 def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int | None, wall_time_before: float,
-           progress_mode: str, position: int) -> RunSummary:
+           progress_mode: str, position: int, on_eval: OnEval | None) -> RunSummary:
     """Train ``model`` to ``config.timesteps``; evaluate, checkpoint, save ``model.zip`` and ``summary.json``."""
     fresh = resume_step is None
     logger = open_run_logger(run_dir, resume_step=resume_step, wall_time_before=wall_time_before)
@@ -296,13 +307,13 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
     progress = Progress(total=config.timesteps, initial=model.num_timesteps, label=f"seed {config.seed}",
                         mode=progress_mode, position=position)
     callback = RunCallback(config=config, run_dir=run_dir, eval_env=eval_env, progress=progress, fresh=fresh,
-                           history=[] if fresh else _eval_history(run_dir))
+                           history=[] if fresh else _eval_history(run_dir), on_eval=on_eval)
     try:
         with StopOnSignal(run_dir) as stop:
             callback.stop = stop
             try:
-                model.learn(config.timesteps - model.num_timesteps, callback=callback,
-                            log_interval=config.log_interval, reset_num_timesteps=fresh)
+                _learner(model, config)(config.timesteps - model.num_timesteps, callback=callback,
+                                        log_interval=config.log_interval, reset_num_timesteps=fresh)
             except Stopped as stopped:
                 raise Interrupted(f"stopped by {stop.signal_name} at step {stopped.step:,}; a checkpoint was written: "
                                   f"continue with `herl train --resume {shlex.quote(str(run_dir))}`") from None
@@ -323,6 +334,19 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
     summary = _summarize(run_dir, config, model.num_timesteps, logger.wall_time(), callback.history)
     atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(dataclasses.asdict(summary), indent=1))
     return summary
+
+
+def _learner(model: Any, config: TrainConfig) -> Any:
+    """``model.learn``, or with ``config.workers`` the learner fed by Ray actors (the one place Ray is imported,
+    and only then: a run without workers never imports it)."""
+    if not config.workers:
+        return model.learn
+    import functools
+
+    from herl.distributed.workers import learn
+
+    return functools.partial(learn, model, env_id=config.env, env_kwargs=dict(config.env_kwargs),
+                             workers=config.workers, broadcast_every=config.broadcast_every)
 
 
 def _eval_history(run_dir: Path) -> list[tuple[int, float | None, float]]:
@@ -353,18 +377,20 @@ def _summarize(run_dir: Path, config: TrainConfig, steps: int, wall_time: float,
     )
 
 
-def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", position: int = 0) -> RunSummary:
-    """Train a new run of ``config`` in ``run_dir`` (created; it must not hold a run already)."""
+def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", position: int = 0,
+              on_eval: OnEval | None = None) -> RunSummary:
+    """Train a new run of ``config`` in ``run_dir`` (created; it must not hold a run already); ``on_eval`` is called
+    with each evaluation's results."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with _claim(run_dir):  # checked under the lock: two commands starting one folder at once cannot both pass
         if (run_dir / CONFIG_FILE).exists():
             raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume "
                            f"{shlex.quote(str(run_dir))}`, or choose another --run-dir")
-        return _start(config, run_dir, progress=progress, position=position)
+        return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval)
 
 
-def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int) -> RunSummary:
+def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
     torch.set_num_threads(config.threads)
     env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
     model = build_model(config, env)
@@ -379,12 +405,13 @@ def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int) 
     atomic_write_text(run_dir / CONFIG_FILE, json.dumps(resolved.to_json(), indent=1))
     try:
         return _train(model, resolved, run_dir, resume_step=None, wall_time_before=0.0, progress_mode=progress,
-                      position=position)
+                      position=position, on_eval=on_eval)
     finally:
         env.close()
 
 
-def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "auto", position: int = 0) -> RunSummary:
+def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "auto", position: int = 0,
+               on_eval: OnEval | None = None) -> RunSummary:
     """Continue the run in ``run_dir`` from its latest checkpoint (to ``timesteps`` if given)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
@@ -396,7 +423,7 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
                 stale.unlink(missing_ok=True)
             if timesteps is not None:
                 config = dataclasses.replace(config, timesteps=timesteps)
-            return _start(config, run_dir, progress=progress, position=position)
+            return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval)
         if timesteps is not None and timesteps != config.timesteps:
             if timesteps < checkpoint.step:
                 raise CLIError(f"{run_dir} has trained {checkpoint.step} steps already, more than --timesteps "
@@ -412,7 +439,7 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
         try:
             model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)
             return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
-                          progress_mode=progress, position=position)
+                          progress_mode=progress, position=position, on_eval=on_eval)
         finally:
             env.close()
 

@@ -23,35 +23,9 @@ from herl.training.logger import Logger, configure
 def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | None, tb_log_name: str,
         reset_num_timesteps: bool, progress_bar: bool) -> Any:
     env, buffer, config = model.env, model.replay_buffer, model.config
-    if reset_num_timesteps or model._last_obs is None:
-        if hasattr(buffer, "truncate_last_trajectory") and model._last_obs is not None:
-            # the episodes running in the buffer end here (the env is reset): close them as truncated, so
-            # that HER never draws a future goal across the reset
-            buffer.truncate_last_trajectory()
-        seed = None if model._env_was_seeded else model._env_seed
-        model._last_obs = env.reset(seed=seed)
-        model._env_was_seeded = True
-        model._ep_returns = np.zeros(env.n_envs)
-        model._ep_lengths = np.zeros(env.n_envs, dtype=np.int64)
-    if reset_num_timesteps:
-        model.ep_info_buffer.clear()
-        model.ep_success_buffer.clear()
-        model.num_timesteps = 0
-        model._episode_num = 0
-    else:
-        total_timesteps += model.num_timesteps
-    model._total_timesteps = total_timesteps
-    start_timesteps, start_time = model.num_timesteps, time.perf_counter()
-    if not model._custom_logger:
-        model.logger = _default_logger(model, tb_log_name, reset_num_timesteps)
-
-    callback = as_callback(callback)
-    callback.init_callback(model)
-    # Callbacks see this read-only view, refreshed in place each step (STYLE.md: no access to the loop's locals).
-    state: dict[str, Any] = {"total_timesteps": total_timesteps, "callback": callback, "log_interval": log_interval}
-    state_view = MappingProxyType(state)
-    callback.on_training_start(state_view, MappingProxyType({}))
-    callback.update_locals(state_view)
+    callback, state, start = begin(model, total_timesteps, callback=callback, log_interval=log_interval,
+                                   tb_log_name=tb_log_name, reset_num_timesteps=reset_num_timesteps)
+    total_timesteps = state["total_timesteps"]
     bar = _progress_bar(total_timesteps - model.num_timesteps) if progress_bar else None
 
     n_freq, unit = config.train_freq
@@ -77,17 +51,11 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
             dones = terminated | truncated
             if dones.any():
                 for i in np.flatnonzero(dones):
-                    model.ep_info_buffer.append({"r": float(returns[i]), "l": int(lengths[i])})
-                    success = infos[i].get("is_success")
-                    if success is not None:
-                        model.ep_success_buffer.append(float(success))
+                    end_episode(model, float(returns[i]), int(lengths[i]), infos[i], log_interval, start)
                     returns[i], lengths[i] = 0.0, 0
                     episodes += 1
-                    model._episode_num += 1
                     if noise is not None:
                         _reset_noise(noise, i)
-                    if log_interval and model._episode_num % log_interval == 0:
-                        _dump_logs(model, start_timesteps, start_time)
             obs = new_obs
             if bar is not None:
                 bar.update(env.n_envs)
@@ -107,6 +75,58 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         bar.close()
     callback.on_training_end()
     return model
+
+
+def begin(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | None, tb_log_name: str,
+          reset_num_timesteps: bool) -> tuple[Any, dict[str, Any], tuple[int, float]]:
+    """What every ``learn`` does before collecting: reset the envs (or go on from the last call), the counters, the
+    logger and the callback. Returns the callback, the state its ``locals`` view shows (``total_timesteps`` there is
+    the step to stop at) and ``(start step, start time)`` for ``time/fps``. Also used by the learner of
+    :mod:`herl.distributed`, which collects on Ray actors."""
+    env = model.env
+    buffer = model.replay_buffer
+    if reset_num_timesteps or model._last_obs is None:
+        if hasattr(buffer, "truncate_last_trajectory") and model._last_obs is not None:
+            # the episodes running in the buffer end here (the env is reset): close them as truncated, so
+            # that HER never draws a future goal across the reset
+            buffer.truncate_last_trajectory()
+        seed = None if model._env_was_seeded else model._env_seed
+        model._last_obs = env.reset(seed=seed)
+        model._env_was_seeded = True
+        model._ep_returns = np.zeros(env.n_envs)
+        model._ep_lengths = np.zeros(env.n_envs, dtype=np.int64)
+    if reset_num_timesteps:
+        model.ep_info_buffer.clear()
+        model.ep_success_buffer.clear()
+        model.num_timesteps = 0
+        model._episode_num = 0
+    else:
+        total_timesteps += model.num_timesteps
+    model._total_timesteps = total_timesteps
+    start = (model.num_timesteps, time.perf_counter())
+    if not model._custom_logger:
+        model.logger = _default_logger(model, tb_log_name, reset_num_timesteps)
+
+    callback = as_callback(callback)
+    callback.init_callback(model)
+    # Callbacks see this read-only view, refreshed in place each step (STYLE.md: no access to the loop's locals).
+    state: dict[str, Any] = {"total_timesteps": total_timesteps, "callback": callback, "log_interval": log_interval}
+    state_view = MappingProxyType(state)
+    callback.on_training_start(state_view, MappingProxyType({}))
+    callback.update_locals(state_view)
+    return callback, state, start
+
+
+def end_episode(model: Any, episode_return: float, length: int, info: dict[str, Any], log_interval: int | None,
+                start: tuple[int, float]) -> None:
+    """Count an ended episode in the rollout statistics, and log them every ``log_interval`` episodes."""
+    model.ep_info_buffer.append({"r": episode_return, "l": length})
+    success = info.get("is_success")
+    if success is not None:
+        model.ep_success_buffer.append(float(success))
+    model._episode_num += 1
+    if log_interval and model._episode_num % log_interval == 0:
+        _dump_logs(model, *start)
 
 
 def _reset_noise(noise: Any, env_index: int) -> None:

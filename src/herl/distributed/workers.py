@@ -1,0 +1,278 @@
+"""Many-worker collection (Ape-X style, Horgan et al. 2018): N Ray actors step their own env copies and ship whole
+episodes to the learner, which stores them in its (HER) replay buffer and keeps updating while they collect.
+
+- Each actor holds an acting copy of the model (the networks that act, with the learner's normalizer statistics)
+  and its own env; :meth:`Collector.episode` plays one whole episode with the exploration the learner would use
+  (random actions before ``learning_starts``, DQN's epsilon, action noise) and returns it.
+- The learner keeps one episode request in flight per actor. Every ``broadcast_every`` updates it puts the acting
+  weights into Ray's object store once (``ray.put``); each request carries the newest reference, so an actor acts
+  with weights at most ``broadcast_every`` updates (and one episode) old.
+- Env steps count what the actors collected and the learner stored: ``timesteps`` is the total over all actors.
+  The update-to-data ratio is the single-process one (``gradient_steps`` per ``train_freq`` steps or episodes, one
+  update per step for ``gradient_steps=-1``): the learner updates while the stored data allows more updates, and
+  waits for episodes only when it has caught up. So the same settings give the same number of updates per env
+  step as without workers; what changes is the policy lag, and the wall-clock time when collection was the cost.
+- Episodes are added to the buffer step by step through its ``add`` (the path the single-process loop uses), one
+  whole episode at a time, so HER's episode bookkeeping is the same as with one env.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from herl.distributed.cluster import ray_session
+from herl.errors import NonFiniteError
+from herl.run.errors import CLIError
+from herl.training import loop
+
+# The networks an algorithm acts with (``_act``): the rest (critics, targets) never leaves the learner.
+ACTING_NETS = ("encoder", "actor", "q_net")
+
+
+class Episode(NamedTuple):
+    """One whole episode, as an actor ships it: arrays with a leading time axis."""
+
+    obs: dict[str, np.ndarray] | np.ndarray
+    next_obs: dict[str, np.ndarray] | np.ndarray
+    actions: np.ndarray
+    """In the policy's scale (what the buffer stores), shaped (T, *action shape)."""
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    infos: list[dict[str, Any]]
+    seconds: float
+    """The actor's time to play it (acting and stepping), for the cost model of benchmarks/workers_throughput.py."""
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+def acting_spec(model: Any) -> dict[str, Any]:
+    """What an actor needs to build an acting copy of ``model`` (plain data: spaces, settings, noise)."""
+    from herl.io.spaces import space_to_json
+
+    noise = model.action_noise
+    return {"algorithm": type(model).__name__, "policy": model.policy_name, "config": model.config.to_json(),
+            "policy_kwargs": model.policy_config.to_policy_kwargs(),
+            "observation_space": space_to_json(model.observation_space),
+            "action_space": space_to_json(model.action_space), "action_noise": None if noise is None else noise.to_json()}
+
+
+def acting_weights(model: Any) -> dict[str, dict[str, np.ndarray]]:
+    """The acting networks' weights as NumPy arrays (read without a copy from Ray's object store)."""
+    return {name: {k: v.detach().cpu().numpy() for k, v in model.nets[name].state_dict().items()}
+            for name in ACTING_NETS if name in model.nets}
+
+
+class Collector:
+    """A Ray actor: one env and an acting copy of the model; plays whole episodes on request."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any], spec: dict[str, Any], seed: int) -> None:
+        from herl.algorithms import ALGORITHMS
+        from herl.io.spaces import space_from_json
+        from herl.run.envs import make_env
+        from herl.training.noise import noise_from_json
+
+        torch.set_num_threads(1)  # one core per actor: acting is a small forward pass
+        self.env = make_env(env_id, env_kwargs)
+        self.model = ALGORITHMS[spec["algorithm"]](
+            spec["policy"], None, observation_space=space_from_json(spec["observation_space"]),
+            action_space=space_from_json(spec["action_space"]), policy_kwargs=spec["policy_kwargs"],
+            action_noise=noise_from_json(spec["action_noise"]), seed=seed, device="cpu", **spec["config"])
+        self.reset_seed: int | None = seed
+        self.version = -1
+        self.dict_obs = isinstance(self.env.observation_space, gym.spaces.Dict)
+
+    def episode(self, weights: dict[str, dict[str, np.ndarray]], version: int, num_timesteps: int,
+                total_timesteps: int) -> Episode:
+        """Play one episode with the given weights, exploring as the learner at ``num_timesteps`` would."""
+        start = time.perf_counter()
+        model = self.model
+        if version != self.version:
+            for name, state in weights.items():
+                model.nets[name].load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+            self.version = version
+        model.num_timesteps, model._total_timesteps = num_timesteps, total_timesteps
+        if model.action_noise is not None:
+            model.action_noise.reset()
+        obs, _ = self.env.reset(seed=self.reset_seed)  # seeded once; later resets continue the env's generator
+        self.reset_seed = None
+        steps: list[tuple[Any, ...]] = []
+        done = False
+        while not done:
+            actions = model._collect_actions(self._batch(obs))
+            next_obs, reward, terminated, truncated, info = self.env.step(model._unscale(actions)[0])
+            steps.append((obs, next_obs, actions[0], reward, terminated, truncated, info))
+            obs, done = next_obs, terminated or truncated
+        observations, next_observations, actions, rewards, terminated, truncated, infos = zip(*steps)
+        return Episode(self._stack(observations), self._stack(next_observations), np.stack(actions),
+                       np.asarray(rewards, dtype=np.float32), np.asarray(terminated), np.asarray(truncated),
+                       list(infos), time.perf_counter() - start)
+
+    def _batch(self, obs: Any) -> Any:
+        return {k: np.asarray(v)[None] for k, v in obs.items()} if self.dict_obs else np.asarray(obs)[None]
+
+    def _stack(self, observations: tuple[Any, ...]) -> Any:
+        if self.dict_obs:
+            return {k: np.stack([o[k] for o in observations]) for k in observations[0]}
+        return np.stack(observations)
+
+
+def add_episode(buffer: Any, episode: Episode) -> None:
+    """Store a whole episode through the buffer's ``add``, one step at a time (for one env, ``n_envs=1``)."""
+    def at(obs: Any, t: int) -> Any:
+        return {k: v[t:t + 1] for k, v in obs.items()} if isinstance(obs, dict) else obs[t:t + 1]
+
+    for t in range(len(episode)):
+        buffer.add(at(episode.obs, t), at(episode.next_obs, t), episode.actions[t:t + 1], episode.rewards[t:t + 1],
+                   infos=[episode.infos[t]], terminated=episode.terminated[t:t + 1],
+                   truncated=episode.truncated[t:t + 1])
+
+
+@dataclass
+class WorkerStats:
+    """Where the time went, filled by :func:`learn` when given one (benchmarks/workers_throughput.py)."""
+
+    episodes: int = 0
+    steps: int = 0
+    actor_seconds: float = 0.0
+    """Actors' time playing the episodes stored (acting and stepping), summed over actors."""
+    transfer_seconds: float = 0.0
+    """The learner's time getting the episodes from the object store (``ray.get``: transfer and unpickling)."""
+    store_seconds: float = 0.0
+    """The learner's time adding them to the replay buffer."""
+    updates: int = 0
+    update_seconds: float = 0.0
+    broadcasts: int = 0
+    broadcast_seconds: float = 0.0
+    """The learner's time putting the acting weights into the object store."""
+    wait_seconds: float = 0.0
+    """The learner's time waiting for an episode with no update due (collection was the bottleneck)."""
+
+
+class UpdateBudget:
+    """Updates the stored data allows, at the single-process update-to-data ratio (see the module's docstring).
+
+    Counted from the model's own counters, so a resumed run goes on at the same ratio."""
+
+    def __init__(self, model: Any) -> None:
+        config = model.config
+        n_freq, unit = config.train_freq
+        self.learning_starts = config.learning_starts
+        self.ratio = 1.0 if config.gradient_steps < 0 else config.gradient_steps / n_freq
+        self.per_episode = unit == "episode" and config.gradient_steps >= 0
+        self.episodes = round(model._n_updates / self.ratio) if self.ratio else 0  # ended past learning_starts
+
+    def episode_stored(self, num_timesteps: int) -> None:
+        if num_timesteps > self.learning_starts:
+            self.episodes += 1
+
+    def due(self, model: Any) -> int:
+        data = self.episodes if self.per_episode else max(model.num_timesteps - self.learning_starts, 0)
+        return int(self.ratio * data) - model._n_updates
+
+
+def learn(model: Any, total_timesteps: int, *, env_id: str, env_kwargs: dict[str, Any] | None = None,
+          workers: int, broadcast_every: int = 50, callback: Any = None, log_interval: int | None = 4,
+          reset_num_timesteps: bool = True, address: str | None = None, cpus: int | None = None,
+          stats: WorkerStats | None = None) -> Any:
+    """``model.learn(total_timesteps)`` with ``workers`` Ray actors collecting episodes of ``env_id`` (made with
+    ``env_kwargs`` in each actor). Uses the Ray already initialized in this process, else connects to ``address``
+    or starts a local Ray (``cpus``). Each actor takes one CPU. ``stats``, if given, is filled with where the time
+    went. Returns the model."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1 here (0 is model.learn), got {workers}")
+    if model.n_envs != 1:
+        raise CLIError(f"with workers, each actor steps one env: set n_envs=1 (got {model.n_envs}) and raise workers")
+    with ray_session(address, cpus, what="training with workers") as ray:
+        available = ray.cluster_resources().get("CPU", 0)
+        if available < workers:
+            raise CLIError(f"{workers} workers need {workers} CPUs for their actors, and Ray has {available:g}: use "
+                           f"fewer workers, or give Ray more CPUs (--cpus, or a cluster with --address)")
+        return _learn(ray, model, total_timesteps, env_id=env_id, env_kwargs=dict(env_kwargs or {}), workers=workers,
+                      broadcast_every=broadcast_every, callback=callback, log_interval=log_interval,
+                      reset_num_timesteps=reset_num_timesteps, stats=stats if stats is not None else WorkerStats())
+
+
+def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwargs: dict[str, Any], workers: int,
+           broadcast_every: int, callback: Any, log_interval: int | None, reset_num_timesteps: bool,
+           stats: WorkerStats) -> Any:
+    # The learner's own env is reset once and never stepped: the HER buffer takes its compute_reward from it, and
+    # a checkpoint records it like any other (its running episode is empty).
+    callback, state, start = loop.begin(model, total_timesteps, callback=callback, log_interval=log_interval,
+                                        tb_log_name=type(model).__name__, reset_num_timesteps=reset_num_timesteps)
+    total = state["total_timesteps"]
+    seeds = np.random.SeedSequence([model.seed or 0, model.num_timesteps]).generate_state(workers)
+    remote = ray.remote(num_cpus=1)(Collector)
+    spec = acting_spec(model)
+    actors = [remote.remote(env_id, env_kwargs, spec, int(seed)) for seed in seeds]
+    budget = UpdateBudget(model)
+    version, weights = 0, ray.put(acting_weights(model))
+    last_broadcast = model._n_updates
+    pending = {actor.episode.remote(weights, version, model.num_timesteps, total): actor for actor in actors}
+    try:
+        while model.num_timesteps < total:
+            callback.on_rollout_start()  # evaluations and checkpoints happen here, between whole episodes
+            due = budget.due(model)
+            # Take what has arrived; wait for an episode only when the data allows no update.
+            tic = time.perf_counter()
+            if due > 0:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            else:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                stats.wait_seconds += time.perf_counter() - tic
+            go_on = True
+            for ref in ready:
+                actor = pending.pop(ref)
+                tic = time.perf_counter()
+                episode = ray.get(ref)
+                stats.transfer_seconds += time.perf_counter() - tic
+                if model.num_timesteps >= total:
+                    continue
+                _store(model, episode, budget, log_interval, start, stats)
+                state.update(episode=episode)
+                go_on = callback.on_step() and go_on
+                if model.num_timesteps < total:
+                    pending[actor.episode.remote(weights, version, model.num_timesteps, total)] = actor
+            model._current_progress_remaining = 1.0 - model.num_timesteps / max(total, 1)
+            callback.on_rollout_end()
+            if not go_on:
+                break
+            due = budget.due(model)
+            if due > 0:
+                n = min(due, broadcast_every)  # in chunks, so that arriving episodes are stored between them
+                tic = time.perf_counter()
+                model.train(n)
+                stats.updates, stats.update_seconds = stats.updates + n, stats.update_seconds + time.perf_counter() - tic
+                if model._n_updates - last_broadcast >= broadcast_every:
+                    tic = time.perf_counter()
+                    version, weights = version + 1, ray.put(acting_weights(model))
+                    last_broadcast = model._n_updates
+                    stats.broadcasts += 1
+                    stats.broadcast_seconds += time.perf_counter() - tic
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    callback.on_training_end()
+    return model
+
+
+def _store(model: Any, episode: Episode, budget: UpdateBudget, log_interval: int | None,
+           start: tuple[int, float], stats: WorkerStats) -> None:
+    tic = time.perf_counter()
+    try:
+        add_episode(model.replay_buffer, episode)
+    except NonFiniteError as err:
+        raise NonFiniteError(f"training stopped at env step {model.num_timesteps}: {err}") from None
+    model.num_timesteps += len(episode)
+    budget.episode_stored(model.num_timesteps)
+    loop.end_episode(model, float(episode.rewards.sum()), len(episode), episode.infos[-1], log_interval, start)
+    stats.episodes, stats.steps = stats.episodes + 1, stats.steps + len(episode)
+    stats.actor_seconds += episode.seconds
+    stats.store_seconds += time.perf_counter() - tic

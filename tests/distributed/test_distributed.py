@@ -1,0 +1,202 @@
+"""herl on Ray: sweeps (Ray Tune + Optuna), trials resumed after their process is killed, many-worker collection,
+and the errors for bad input. A real local Ray with 2 CPUs, started once for the module (herl[ray] is in the test
+extra); the tests of what happens without Ray import nothing of it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from herl.cli import main
+from herl.run.checkpoint import latest_checkpoint
+from herl.run.errors import CLIError
+
+# Bit flipping with 4 bits: episodes of at most 4 steps, learned by DQN + HER in about a thousand steps.
+BITS = ["--env", "herl/BitFlipping-v0", "--set", "env.n_bits=4", "--set", "learning_starts=200",
+        "--set", "policy.net_arch=[64,64]", "--set", "batch_size=64", "--set", "eval.episodes=20",
+        "--set", "exploration_fraction=0.3", "--set", "target_update_interval=100", "--set", "log_interval=20"]
+
+
+def herl(*args: str | os.PathLike) -> int:
+    return main([str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray  # herl[ray] is in the test extra; the tests without Ray run without it
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+    yield ray
+    ray.shutdown()
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# without Ray
+
+
+def test_training_without_workers_never_imports_ray(tmp_path: Path) -> None:
+    code = ("import sys; from herl.cli import main; "
+            f"rc = main(['train', *{BITS!r}, '--timesteps', '100', '--progress', 'off', '--run-dir', {str(tmp_path)!r}]);"
+            " assert rc == 0, rc; assert 'ray' not in sys.modules, 'ray was imported'; print('no ray')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "no ray" in out.stdout
+
+
+def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    assert herl("sweep", *BITS, "--seeds", "2") == 2
+    assert "pip install 'herl[ray]'" in capsys.readouterr().err
+    assert herl("train", *BITS, "--workers", "2", "--timesteps", "100", "--progress", "off") == 2
+    assert "pip install 'herl[ray]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_unreachable_address_fails_within_seconds(address: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    start = time.perf_counter()
+    assert herl("train", *BITS, "--workers", "1", "--timesteps", "100", "--progress", "off", "--address", address,
+                "--run-dir", tmp_path / "run") == 2
+    assert time.perf_counter() - start < 15
+    err = capsys.readouterr().err
+    assert address in err and "ray start --head" in err and "leave out --address" in err
+
+
+def test_unknown_search_parameter_or_distribution_names_the_valid_ones() -> None:
+    from herl.distributed.sweep import parse_search
+
+    with pytest.raises(CLIError, match=r"unknown key 'learnin_rate'.*did you mean learning_rate.*valid keys"):
+        parse_search("learnin_rate=loguniform:1e-4:1e-3", "dqn")
+    with pytest.raises(CLIError, match=r"unknown distribution 'lognormal'.*uniform:LOW:HIGH.*loguniform.*choice:A,B"):
+        parse_search("learning_rate=lognormal:1e-4:1e-3", "dqn")
+    with pytest.raises(CLIError, match="LOW must be below HIGH and above 0"):
+        parse_search("learning_rate=loguniform:0:1e-3", "dqn")
+    assert parse_search("batch_size=choice:32,64", "dqn").args == (32, 64)
+    assert parse_search("policy.net_arch=choice:[32,32],[64,64]", "dqn").args == ([32, 32], [64, 64])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# sweeps
+
+
+@pytest.fixture(scope="module")
+def seed_sweep(local_ray, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished sweep of the bit flipping settings over 2 seeds, trained in parallel on the local Ray."""
+    sweep_dir = tmp_path_factory.mktemp("sweeps") / "bits"
+    assert herl("sweep", *BITS, "--timesteps", "600", "--set", "eval.freq=200", "--seeds", "2",
+                "--sweep-dir", sweep_dir) == 0
+    return sweep_dir
+
+
+def test_seed_sweep_runs_every_trial_to_completion(seed_sweep: Path, capsys: pytest.CaptureFixture) -> None:
+    rows = _rows(seed_sweep / "summary.csv")
+    assert sorted(r["run"] for r in rows) == ["runs/seed_0", "runs/seed_1"]
+    assert all(r["status"] == "done" and r["steps"] == "600" for r in rows)
+    finals = [float(r["final eval/success_rate"]) for r in rows]
+    assert finals == sorted(finals, reverse=True)  # best first
+    for seed in (0, 1):  # each trial an ordinary run folder
+        run = seed_sweep / "runs" / f"seed_{seed}"
+        assert json.loads((run / "config.json").read_text())["seed"] == seed
+        assert (run / "model.zip").exists() and latest_checkpoint(run).step == 600
+    assert herl("plot", seed_sweep / "runs", "-o", seed_sweep / "curves.png") == 0
+
+
+def test_best_settings_are_a_preset_that_herl_train_accepts(seed_sweep: Path, tmp_path: Path) -> None:
+    best = seed_sweep / "best.toml"
+    assert 'envs = ["herl/BitFlipping-v0"]' in best.read_text()
+    assert herl("train", "--config", best, "--timesteps", "100", "--set", "eval.freq=0", "--progress", "off",
+                "--run-dir", tmp_path / "again") == 0
+    config = json.loads((tmp_path / "again" / "seed_0" / "config.json").read_text())
+    assert config["env"] == "herl/BitFlipping-v0" and config["env_kwargs"] == {"n_bits": 4}
+    assert config["hyperparameters"]["batch_size"] == 64 and config["policy"]["net_arch"] == [64, 64]
+
+
+def test_a_sweep_folder_of_another_env_or_preset_is_refused(seed_sweep: Path, capsys: pytest.CaptureFixture) -> None:
+    assert herl("sweep", "--resume", seed_sweep, "--env", "herl/PointReach-v0") == 2
+    assert "is a sweep of herl/BitFlipping-v0 (preset bit_flipping), not of env herl/PointReach-v0" in capsys.readouterr().err
+    assert herl("sweep", "--resume", seed_sweep, "--preset", "point_reach") == 2
+    assert "not of preset point_reach" in capsys.readouterr().err
+    assert herl("sweep", "--env", "herl/PointReach-v0", "--seeds", "2", "--sweep-dir", seed_sweep) == 2
+    assert "already holds a sweep of herl/BitFlipping-v0" in capsys.readouterr().err
+
+
+def test_resuming_a_finished_sweep_redoes_no_trial(seed_sweep: Path) -> None:
+    before = {p: p.stat().st_mtime_ns for p in seed_sweep.glob("runs/*/model.zip")}
+    assert herl("sweep", "--resume", seed_sweep) == 0
+    assert {p: p.stat().st_mtime_ns for p in seed_sweep.glob("runs/*/model.zip")} == before
+    assert len(_rows(seed_sweep / "summary.csv")) == 2
+
+
+def test_search_with_optuna_and_asha(local_ray, tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "search"
+    assert herl("sweep", *BITS, "--timesteps", "400", "--set", "eval.freq=200", "--search",
+                "learning_rate=loguniform:1e-4:3e-3", "--search", "batch_size=choice:32,64", "--trials", "2",
+                "--sweep-dir", sweep_dir) == 0
+    rows = _rows(sweep_dir / "summary.csv")
+    assert len(rows) == 2 and all(r["run"].startswith("runs/trial_") for r in rows)
+    for row in rows:
+        assert 1e-4 <= float(row["learning_rate"]) <= 3e-3 and row["batch_size"] in ("32", "64")
+        config = json.loads((sweep_dir / row["run"] / "config.json").read_text())
+        assert config["hyperparameters"]["learning_rate"] == pytest.approx(float(row["learning_rate"]))
+    best = rows[0]
+    assert f"learning_rate = {float(best['learning_rate'])!r}"[:20] in (sweep_dir / "best.toml").read_text()
+
+
+def test_a_killed_trial_resumes_from_its_checkpoint(local_ray, tmp_path: Path) -> None:
+    """SIGKILL the process training a trial once it has a checkpoint: Tune retries the trial, which resumes the
+    run folder from that checkpoint (not from step 0) and finishes it."""
+    sweep_dir = tmp_path / "killed"
+    run = sweep_dir / "runs" / "seed_0"
+    killed: dict[str, int] = {}
+
+    def kill_after_first_checkpoint() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            last = latest_checkpoint(run) if (run / "checkpoints").exists() else None
+            pid = (run / "train.pid").read_text().strip() if (run / "train.pid").exists() else ""
+            if last is not None and pid.isdigit():
+                killed.update(pid=int(pid), step=last.step)
+                os.kill(int(pid), signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_after_first_checkpoint, daemon=True)
+    watcher.start()
+    assert herl("sweep", *BITS, "--timesteps", "3000", "--set", "eval.freq=500", "--set", "checkpoint.freq=300",
+                "--seeds", "1", "--sweep-dir", sweep_dir) == 0
+    watcher.join(timeout=5)
+    assert killed, "the trial finished before it could be killed"
+    (row,) = _rows(sweep_dir / "summary.csv")
+    assert row["status"] == "done" and row["steps"] == "3000"
+    assert int(row["resumed from step"]) >= killed["step"] > 0  # from its checkpoint, not from scratch
+    assert int((run / "train.pid").read_text()) != killed["pid"]
+    assert (run / "model.zip").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# workers
+
+
+def test_workers_reach_the_success_of_training_without_them(local_ray, tmp_path: Path) -> None:
+    common = [*BITS, "--timesteps", "2000", "--set", "eval.freq=1000", "--set", "eval.episodes=50", "--progress", "off"]
+    assert herl("train", *common, "--run-dir", tmp_path / "alone") == 0
+    assert herl("train", *common, "--workers", "2", "--run-dir", tmp_path / "workers") == 0
+    alone = json.loads((tmp_path / "alone" / "seed_0" / "summary.json").read_text())
+    workers = json.loads((tmp_path / "workers" / "seed_0" / "summary.json").read_text())
+    assert json.loads((tmp_path / "workers" / "seed_0" / "config.json").read_text())["workers"] == 2
+    assert alone["final_success"] >= 0.9
+    assert workers["final_success"] >= 0.9
+    assert workers["steps"] >= 2000
