@@ -18,7 +18,8 @@ EPISODE = 10
 
 
 def reach_expert(obs):
-    return np.clip(10.0 * (obs["desired_goal"] - obs["achieved_goal"]), -1.0, 1.0).astype(np.float32)
+    """Closes 30 % of the distance to the goal a step: it never lands exactly on it, so relabeled goals are new."""
+    return np.clip(3.0 * (obs["desired_goal"] - obs["achieved_goal"]), -1.0, 1.0).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
