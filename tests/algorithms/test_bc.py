@@ -93,3 +93,30 @@ def test_settings_are_checked():
     with pytest.raises(TypeError, match="bc_loss_weight"):
         herl.DQN("MultiInputPolicy", herl.envs.BitFlippingEnv(n_bits=4), bc_loss_weight=1.0)
     assert herl.SAC("MultiInputPolicy", env, bc_loss_weight=0.0).config.q_filter is True  # the defaults: off, filtered
+
+
+def test_a_short_learn_with_demonstrations_is_seeded():
+    """TQC + HER with PointReach demonstrations: learns with the BC loss logged, and the same seed gives the same
+    weights."""
+    from herl.buffers import HerReplayBuffer
+    from herl.demos import generate_expert_traj
+
+    def expert(obs):
+        return np.clip(10.0 * (obs["desired_goal"] - obs["achieved_goal"]), -1.0, 1.0).astype(np.float32)
+
+    demos = generate_expert_traj(expert, None, PointReachEnv(), n_episodes=3, seed=0)
+
+    def trained() -> herl.TQC:
+        model = herl.TQC("MultiInputPolicy", PointReachEnv(), replay_buffer_class=HerReplayBuffer,
+                         replay_buffer_kwargs=dict(demonstrations=demos, demo_batch_ratio=0.25), bc_loss_weight=1.0,
+                         learning_starts=60, batch_size=16, policy_kwargs=dict(net_arch=[16], n_quantiles=5), seed=3)
+        return model.learn(160)
+
+    a, b = trained(), trained()
+    info = a.train_info()
+    assert np.isfinite(info["train/bc_loss"]) and info["train/bc_loss"] >= 0
+    assert a.replay_buffer.n_demo_transitions == len(demos) and len(a.replay_buffer) == 160
+    for name, state in a.get_parameters().items():
+        if not name.endswith(".optimizer"):
+            for key, tensor in state.items():
+                assert torch.equal(tensor, b.get_parameters()[name][key]), f"{name}.{key}"
