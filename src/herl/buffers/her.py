@@ -347,11 +347,12 @@ class HerReplayBuffer(ReplayBuffer):
     # ------------------------------------------------------------------ demonstrations
     def _demo_store(self, rows: int) -> EpisodeStorage:
         """The store of the demonstrations: one column, the main store's layout, sized to hold them all."""
-        for name, on in (("online_sampling=False", not self.online_sampling), ("prioritized=True", self.prioritized),
-                         ("copy_info_dict=True", self.copy_info_dict)):
+        refused = [("online_sampling=False", not self.online_sampling, "the demo store is relabeled at sampling time"),
+                   ("prioritized=True", self.prioritized, "demo rows are drawn uniformly"),
+                   ("copy_info_dict=True", self.copy_info_dict, "demonstrations carry no info entries to relabel with")]
+        for name, on, why in refused:
             if on:
-                raise ValueError(f"demonstrations cannot be combined with {name} yet: the demo store is relabeled "
-                                 "online, sampled uniformly, and demonstrations carry no info entries")
+                raise ValueError(f"demonstrations cannot be combined with {name} yet ({why}): leave it out")
         return self._make_storage(max(rows, 2), 1, share_states=self.optimize_memory_usage)
 
     def _store_demonstrations(self, demonstrations: Any) -> None:
@@ -366,7 +367,7 @@ class HerReplayBuffer(ReplayBuffer):
         next_states = {k: np.asarray(demos.next_observations[k]) for k in self._state_specs}
         transitions = {"action": policy_scale(demos.actions, self.action_space), "reward": demos.rewards,
                        "terminated": demos.terminations, "truncated": demos.truncations}
-        for what, fields in (("observation", states), ("next observation", next_states), ("", transitions)):
+        for what, fields in (("observation", states), ("next observation", next_states), ("step's", transitions)):
             for key, values in fields.items():
                 if values.dtype.kind == "f" and not np.isfinite(values).all():
                     row = int(np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))[0])

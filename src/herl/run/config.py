@@ -307,6 +307,9 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
     demos = settings["demos"] if sections["demos"] else None
     if demos is not None and not demos.path:
         raise CLIError("demos.batch_ratio is set but no demonstrations are: give them with --demos DIR")
+    if demos is not None and algo not in DEMO_ALGOS:
+        raise CLIError(f"demonstrations train an actor with a behaviour-cloning loss: use --algo "
+                       f"{', '.join(DEMO_ALGOS)} (not {algo})")
     if demos is not None and not her_on:
         raise CLIError("demonstrations live in the HER buffer's own store: --demos needs HER (leave out --no-her)")
     config = TrainConfig(
