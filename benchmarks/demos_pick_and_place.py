@@ -131,7 +131,7 @@ def plot(args: argparse.Namespace) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     reached = {}
     for variant, (steps, median, low, high, n_seeds) in curves.items():
-        label = {"plain": "TQC + HER", "demos": "TQC + HER + 100 demos (BC, Q-filter)"}.get(variant, variant)
+        label = {"plain": "TQC + HER", "demos": "TQC + HER + demos (BC loss, Q-filter)"}.get(variant, variant)
         ax.plot(steps, median, label=f"{label}, median of {n_seeds} seeds")
         ax.fill_between(steps, low, high, alpha=0.2)
         reached[variant] = first_step_at(steps, median)
@@ -143,7 +143,7 @@ def plot(args: argparse.Namespace) -> None:
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
     for variant, step in reached.items():
-        print(f"{variant}: median success >= {THRESHOLD} first at " + (f"{step:,} steps" if step else "no evaluation"))
+        print(f"{variant}: median success >= {THRESHOLD} first at " + (f"{step:,} steps" if step else "never"))
     if reached.get("plain") and reached.get("demos"):
         print(f"demos need {reached['demos'] / reached['plain']:.2f} of the plain recipe's steps (goal: <= 0.33)")
 
