@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   herl eval runs/FetchReach-v4_sac_20260101-120000 --episodes 50 --video reach.mp4
   herl plot runs/A runs/B -o curves.png
   herl record --env FetchPickAndPlace-v4 --policy scripted --episodes 100 -o demos/
+  herl train --env FetchPickAndPlace-v4 --demos demos/     # HER + demonstrations, BC loss with the Q-filter
   herl export runs/FetchReach-v4_sac_20260101-120000 -o policy.onnx
   herl train --env FetchReach-v4 --workers 2                     # 2 Ray actors collect (herl[ray])
   herl sweep --env FetchReach-v4 --seeds 4                       # seeds in parallel on Ray Tune
@@ -167,6 +168,9 @@ def _add_settings_flags(train: argparse.ArgumentParser) -> None:
     her.add_argument("--her", metavar="STRATEGY:K", help="relabel with future|final|episode|random, K goals per "
                      "transition (default: on for goal envs, future:4 unless the preset says otherwise)")
     her.add_argument("--no-her", action="store_true", help="plain replay, no relabeling")
+    train.add_argument("--demos", metavar="DIR", help="learn from demonstrations too (a dataset folder from herl record): "
+                       "they get their own store in the HER buffer, 1/8 of each batch (demos.batch_ratio), and the "
+                       "actor a behaviour-cloning loss with the Q-filter (bc_loss_weight=1; ddpg, td3, sac, tqc)")
     train.add_argument("--device", metavar="D", help="torch device: auto, cpu, cuda, cuda:1, ...")
     train.add_argument("--threads", type=_positive_int, metavar="N",
                        help="torch CPU threads per run (default: 1, fastest for small networks)")
@@ -221,8 +225,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume is not None:
         start_only = {"--algo": args.algo, "--env": args.env, "--preset": args.preset, "--config": args.config,
-                      "--workers": args.workers, "--n-envs": args.n_envs,
-                      "--her": args.her, "--no-her": args.no_her or None, "--device": args.device,
+                      "--workers": args.workers, "--n-envs": args.n_envs, "--her": args.her,
+                      "--no-her": args.no_her or None, "--demos": args.demos, "--device": args.device,
                       "--threads": args.threads, "--run-dir": args.run_dir, "--set": args.set or None}
         given = [flag for flag, value in start_only.items() if value is not None]
         if given or args.seed != [0]:
@@ -244,6 +248,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                        "choose another --run-dir")
     config = configs[0]
     her = f" + HER ({config.her.strategy}, k={config.her.n_sampled_goal})" if config.her else ""
+    if config.demos is not None:
+        her += f" + demos ({config.demos.path}, bc_loss_weight={config.hyperparameters.get('bc_loss_weight', 0.0)})"
     preset = f", preset {config.preset}" if config.preset else ""
     seeds = " ".join(str(c.seed) for c in configs)
     print(f"herl train: {config.algo.upper()}{her} on {config.env}{preset}, {config.timesteps:,} steps, "
@@ -321,8 +327,22 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         probe.close()
     layers = [*(preset.layers(algo) if preset else []), ("the command-line flags", flags), ("--set", set_layer)]
+    if args.demos is not None:  # the defaults --demos brings come first: a preset or --set may change them
+        layers.insert(0, ("--demos", _demo_settings(args.demos, algo)))
     return {"algo": algo, "env": env_id, "layers": layers, "goal_env": goal_env,
             "preset": preset.name if preset else None}
+
+
+def _demo_settings(path: str, algo: str) -> dict[str, Any]:
+    """What ``--demos PATH`` sets: the dataset (an absolute path, so that ``--resume`` finds it from anywhere) and the
+    behaviour-cloning loss's weight."""
+    from herl.run.config import DEFAULT_BC_LOSS_WEIGHT, DEMO_ALGOS
+
+    if algo not in DEMO_ALGOS:
+        raise CLIError(f"--demos adds a behaviour-cloning loss to an actor: use --algo {', '.join(DEMO_ALGOS)} "
+                       f"(not {algo})")
+    local = Path(path).expanduser()
+    return {"demos.path": str(local.resolve()) if local.exists() else path, "bc_loss_weight": DEFAULT_BC_LOSS_WEIGHT}
 
 
 def _default_algo(env: Any) -> str:

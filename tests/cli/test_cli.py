@@ -178,6 +178,68 @@ def test_tqc_and_crossq_resume_exactly(algo: str, tmp_path: Path) -> None:
                 assert torch.equal(tensor, resumed.get_parameters()[name][key]), f"{name}.{key}"
 
 
+@pytest.fixture(scope="module")
+def reach_demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Five PointReach demonstrations (an expert heading for the goal), as a dataset folder."""
+    pytest.importorskip("minari")
+    from herl.demos import generate_expert_traj
+    from herl.envs import PointReachEnv
+
+    def expert(obs: dict[str, np.ndarray]) -> np.ndarray:
+        return np.clip(10.0 * (obs["desired_goal"] - obs["achieved_goal"]), -1.0, 1.0).astype(np.float32)
+
+    path = tmp_path_factory.mktemp("demos") / "reach"
+    generate_expert_traj(expert, path, PointReachEnv(), n_episodes=5, seed=0)
+    return path
+
+
+def test_demos_train_record_their_settings_and_resume_exactly(reach_demos: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """--demos: the dataset's absolute path and the defaults in config.json; a resumed run ends with the weights of a
+    run never stopped (the demo store travels in the checkpoint's buffer); a missing dataset stops --resume."""
+    monkeypatch.chdir(reach_demos.parent)
+    args = ["--algo", "sac", "--env", "herl/PointReach-v0", "--progress", "off", "--demos", reach_demos.name,
+            "--set", "learning_starts=50", "--set", "eval.freq=100", "--set", "eval.episodes=2", "--set", "batch_size=16",
+            "--set", "checkpoint.freq=100", "--set", "policy.net_arch=[16,16]", "--set", "demos.batch_ratio=0.25"]
+    assert herl("train", *args, "--timesteps", "300", "--run-dir", tmp_path / "whole") == 0
+    config = json.loads((tmp_path / "whole" / "seed_0" / "config.json").read_text())
+    assert config["demos"] == {"path": str(reach_demos), "batch_ratio": 0.25}
+    assert config["hyperparameters"]["bc_loss_weight"] == 1.0 and config["hyperparameters"]["q_filter"] is True
+    assert herl("train", *args, "--timesteps", "150", "--run-dir", tmp_path / "parts") == 0
+    assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "300", "--progress", "off") == 0
+    whole = OffPolicyAlgorithm.load(tmp_path / "whole" / "seed_0" / "model.zip")
+    resumed = OffPolicyAlgorithm.load(tmp_path / "parts" / "seed_0" / "model.zip")
+    assert resumed.num_timesteps == 300 and resumed.replay_buffer_kwargs["demonstrations"] == str(reach_demos)
+    for name, state in whole.get_parameters().items():
+        if not name.endswith(".optimizer"):
+            for key, tensor in state.items():
+                assert torch.equal(tensor, resumed.get_parameters()[name][key]), f"{name}.{key}"
+    reach_demos.rename(reach_demos.with_name("moved"))
+    try:
+        assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "400", "--progress", "off") == 2
+        assert f"learns from the demonstrations at {reach_demos}, which cannot be found" in capsys.readouterr().err
+    finally:
+        reach_demos.with_name("moved").rename(reach_demos)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--algo", "dqn", "--env", "herl/BitFlipping-v0"], "--demos adds a behaviour-cloning loss to an actor"),
+    (["--algo", "sac", "--env", "herl/PointReach-v0", "--no-her"], "--demos needs HER"),
+    (["--algo", "sac", "--env", "herl/PointReach-v0", "--set", "demos.batch_ratio=1.0"], "demos.batch_ratio=1.0"),
+])
+def test_demos_errors(reach_demos: Path, tmp_path: Path, extra: list[str], message: str,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("train", *extra, "--demos", reach_demos, "--timesteps", "10", "--run-dir", tmp_path) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_missing_demos_dataset_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("train", "--algo", "sac", "--env", "herl/PointReach-v0", "--demos", tmp_path / "nothing",
+                "--timesteps", "10", "--progress", "off", "--run-dir", tmp_path / "run") == 2
+    assert "no dataset at" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="the OS lock is fcntl's")
 def test_a_run_is_trained_by_one_process_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("train", *TINY, "--timesteps", "100", "--run-dir", tmp_path) == 0

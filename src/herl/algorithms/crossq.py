@@ -56,6 +56,10 @@ class CrossQConfig(SACConfig):
                 raise ConfigError(self.owner(), name, getattr(self, name),
                                   f"only its default {getattr(base, name)!r}: CrossQ has no target networks, so it "
                                   f"does not apply (leave it out)")
+        if self.bc_loss_weight:
+            raise ConfigError(self.owner(), "bc_loss_weight", self.bc_loss_weight,
+                              "0: CrossQ has no behaviour-cloning loss yet (an extra actor pass would move its batch "
+                              "renormalization statistics); use SAC or TQC to learn from demonstrations")
 
 
 class CrossQ(SAC):

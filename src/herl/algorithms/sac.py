@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from herl.algorithms.bc import DemoLossConfig, bc_loss
 from herl.errors import POSITIVE_INT, PROBABILITY, ConfigError, Rule, number
 from herl.nn.mlp import EnsembleMLP
 from herl.nn.policies import SquashedGaussianActor
@@ -27,7 +28,7 @@ from herl.training.config import OffPolicyConfig
 
 
 @dataclass(frozen=True)
-class SACConfig(OffPolicyConfig):
+class SACConfig(OffPolicyConfig, DemoLossConfig):
     """SAC's hyperparameters (SB3's defaults)."""
 
     ent_coef: float | str = "auto"
@@ -127,6 +128,9 @@ class SAC(OffPolicyAlgorithm):
         ent_coef = self.log_ent_coef.detach().exp()
         critic_loss = self._critic_loss(x, next_x, batch, actions[n:], log_prob[n:], ent_coef)
         actor_loss = (ent_coef * log_prob[:n] - self._policy_value(x, actions[:n])).mean()
+        if self.config.bc_loss_weight:
+            demo_loss = self._demo_loss(x, batch)
+            actor_loss = actor_loss + self.config.bc_loss_weight * demo_loss
         loss = critic_loss + actor_loss
         if self.learn_ent_coef:
             ent_coef_loss = -(self.log_ent_coef * (log_prob[:n].detach() + self.target_entropy)).mean()
@@ -138,6 +142,20 @@ class SAC(OffPolicyAlgorithm):
         if (self._n_updates + 1) % self.config.target_update_interval == 0:
             self.soft_update(self.critic_target, self.critic, self.config.tau)
         self._train_info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "ent_coef": ent_coef}
+        if self.config.bc_loss_weight:
+            self._train_info["bc_loss"] = demo_loss
+
+    def _demo_loss(self, x: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The behaviour-cloning loss on the batch's demo rows (see :mod:`herl.algorithms.bc`), for the deterministic
+        action (tanh of the Gaussian's mean: what the policy does when evaluated); the Q-filter values it and the
+        demo action with the critics as the actor loss does."""
+        actions = self.actor(x, None)[0]
+        filter_q = {}
+        if self.config.q_filter:
+            with torch.no_grad():
+                q = self._policy_value(torch.cat([x, x]), torch.cat([batch.actions, actions]))
+            filter_q = dict(q_demo=q[: x.shape[0]], q_policy=q[x.shape[0]:])
+        return bc_loss(actions, batch.actions, batch.demo_mask, **filter_q)
 
     def _critic_loss(self, x: torch.Tensor, next_x: torch.Tensor, batch: Any, next_actions: torch.Tensor,
                      next_log_prob: torch.Tensor, ent_coef: torch.Tensor) -> torch.Tensor:

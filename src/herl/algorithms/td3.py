@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from herl.algorithms.bc import DemoLossConfig, bc_loss
 from herl.errors import POSITIVE_INT, PROBABILITY, Rule, number
 from herl.nn.mlp import EnsembleMLP
 from herl.nn.policies import DeterministicActor
@@ -24,7 +25,7 @@ from herl.training.config import OffPolicyConfig
 
 
 @dataclass(frozen=True)
-class TD3Config(OffPolicyConfig):
+class TD3Config(OffPolicyConfig, DemoLossConfig):
     """TD3's hyperparameters (SB3's defaults)."""
 
     learning_rate: float = 1e-3
@@ -110,9 +111,14 @@ class TD3(OffPolicyAlgorithm):
         update_actor = (self._n_updates + 1) % cfg.policy_delay == 0
         if update_actor:
             actions = self.actor(x)
-            actor_loss = -self.critic(torch.cat([x, actions], dim=1), detach_params=True)[0].mean()
+            q_policy = self.critic(torch.cat([x, actions], dim=1), detach_params=True)[0]
+            actor_loss = -q_policy.mean()
             if cfg.action_l2:
                 actor_loss = actor_loss + cfg.action_l2 * actions.square().mean()
+            if cfg.bc_loss_weight:  # the Q-filter compares the values the critic and actor losses computed already
+                filter_q = dict(q_demo=q[0].detach(), q_policy=q_policy.detach()) if cfg.q_filter else {}
+                demo_loss = bc_loss(actions, batch.actions, batch.demo_mask, **filter_q)
+                actor_loss = actor_loss + cfg.bc_loss_weight * demo_loss
             loss = loss + actor_loss
         optimizer = self.optimizers["optimizer"]
         optimizer.zero_grad(set_to_none=True)
@@ -122,3 +128,5 @@ class TD3(OffPolicyAlgorithm):
             self.soft_update(self.critic_target, self.critic, cfg.tau)
             self.soft_update(self.actor_target, self.actor, cfg.tau)
             self._train_info = {"critic_loss": critic_loss, "actor_loss": actor_loss}
+            if cfg.bc_loss_weight:
+                self._train_info["bc_loss"] = demo_loss

@@ -10,6 +10,7 @@ is plain uniform replay over those copies.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -30,11 +31,14 @@ from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer, _file_error
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy, relabel_count, sample_goal_offsets
-from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, Rule, one_of
+from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, Rule, check, number, one_of
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 DEFAULT_MAX_EPISODE_LENGTH = 10_000
 INFO_PREFIX = "info/"
+DEFAULT_DEMO_BATCH_RATIO = 0.125
+"""Nair et al. 2018 (arXiv:1709.10089) drew 128 of each 1024 transitions from the demonstrations."""
+DEMO_BATCH_RATIO = number(0.0, 1.0, high_open=True, note="the fraction of each batch drawn from the demonstrations")
 
 
 def check_goal_space(observation_space: spaces.Space) -> None:
@@ -85,6 +89,11 @@ class HerReplayBuffer(ReplayBuffer):
             goal)``): any of "action", "observation" and "next_observation" (and "next_<key>" /
             "<key>" for other observation keys). Gathered at relabeling time, never stored twice.
         seed: seed of the buffer's generator.
+        demonstrations: expert episodes to learn from (Nair et al. 2018, arXiv:1709.10089): a
+            ``herl.demos.Demonstrations``, a dataset folder (``herl record``) or a local Minari id. They are
+            kept in a store of their own, never overwritten by new transitions, and relabeled as the rest.
+        demo_batch_ratio: the fraction of each sampled batch drawn from the demonstrations (rounded down
+            to whole rows; the batch's ``demo_mask`` says which rows they are), in [0, 1).
         wrapped_env: SB3 < 1.6's name of ``env``, accepted as it.
         env_info: a name of older SB3 docs; only None is accepted (pass ``env=``).
 
@@ -122,11 +131,15 @@ class HerReplayBuffer(ReplayBuffer):
         beta: float = 0.4,
         priority_eps: float = 1e-6,
         storage_device: torch.device | str | None = None,
+        demonstrations: Any = None,
+        demo_batch_ratio: float = DEFAULT_DEMO_BATCH_RATIO,
         wrapped_env: Any = None,
         env_info: Mapping[str, Any] | None = None,
         check_finite: bool = True,
     ) -> None:
         env = _sb3_1x_arguments(buffer_size, env, wrapped_env, env_info)
+        check(type(self).__name__, "demo_batch_ratio", demo_batch_ratio, DEMO_BATCH_RATIO)
+        self.demo_batch_ratio = float(demo_batch_ratio)
         check_goal_space(observation_space)
         if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
             raise ValueError(f"n_sampled_goal must be an integer >= 0 (0 turns relabeling off), got {n_sampled_goal!r}")
@@ -180,6 +193,10 @@ class HerReplayBuffer(ReplayBuffer):
         self._warned_small_store = False
         if not self.copy_info_dict:  # with info entries, probe once their shapes are known (first add)
             self._probe(at_construction=True)
+        self.demo_storage: EpisodeStorage | None = None
+        self._demo_masks: dict[int, torch.Tensor] = {}
+        if demonstrations is not None:
+            self._store_demonstrations(demonstrations)
 
     # ------------------------------------------------------------------ goal functions
     def _bind_goal_functions(self, env: Any, compute_reward: Callable | None, compute_terminated: Callable | None) -> None:
@@ -327,19 +344,82 @@ class HerReplayBuffer(ReplayBuffer):
         self._relabel(stage, copies, slice(None), rows)
         self.relabeled.extend(*rows.fields())
 
+    # ------------------------------------------------------------------ demonstrations
+    def _demo_store(self, rows: int) -> EpisodeStorage:
+        """The store of the demonstrations: one column, the main store's layout, sized to hold them all."""
+        refused = [("online_sampling=False", not self.online_sampling, "the demo store is relabeled at sampling time"),
+                   ("prioritized=True", self.prioritized, "demo rows are drawn uniformly"),
+                   ("copy_info_dict=True", self.copy_info_dict, "demonstrations carry no info entries to relabel with")]
+        for name, on, why in refused:
+            if on:
+                raise ValueError(f"demonstrations cannot be combined with {name} yet ({why}): leave it out")
+        return self._make_storage(max(rows, 2), 1, share_states=self.optimize_memory_usage)
+
+    def _store_demonstrations(self, demonstrations: Any) -> None:
+        from herl.demos.dataset import DatasetError, as_demonstrations, policy_scale
+
+        demos = as_demonstrations(demonstrations)
+        demos.check_spaces(self.observation_space, self.action_space)  # names the differing key and both shapes
+        if len(demos) == 0 or demos.n_episodes == 0:
+            raise DatasetError("the demonstrations hold no steps: record some first (herl record, or "
+                               "generate_expert_traj)")
+        states = {k: np.asarray(demos.observations[k]) for k in self._state_specs}
+        next_states = {k: np.asarray(demos.next_observations[k]) for k in self._state_specs}
+        transitions = {"action": policy_scale(demos.actions, self.action_space), "reward": demos.rewards,
+                       "terminated": demos.terminations, "truncated": demos.truncations}
+        for what, fields in (("observation", states), ("next observation", next_states), ("step's", transitions)):
+            for key, values in fields.items():
+                if values.dtype.kind == "f" and not np.isfinite(values).all():
+                    row = int(np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))[0])
+                    raise NonFiniteError(f"the demonstrations' {what} {key!r} holds NaN or infinity (at step {row}): "
+                                         "record them again")
+        self.demo_storage = self._demo_store(len(demos) + self.optimize_memory_usage * demos.n_episodes)
+        self.demo_storage.fill_episodes(states, next_states, transitions, demos.episode_starts)
+
+    @property
+    def n_demo_transitions(self) -> int:
+        """Transitions in the demonstration store (``len(buffer)`` counts the main store's only)."""
+        return 0 if self.demo_storage is None else self.demo_storage.n_transitions
+
+    def demo_rows(self, batch_size: int) -> int:
+        """Rows of a batch of ``batch_size`` drawn from the demonstrations: ``demo_batch_ratio`` of it, rounded down
+        (so at least one row comes from the main store)."""
+        if self.demo_storage is None:
+            return 0
+        return math.floor(batch_size * self.demo_batch_ratio + 1e-9)
+
+    def _demo_mask(self, batch_size: int) -> torch.Tensor:
+        """Which rows of a batch are demonstrations: the last ``demo_rows``, made once per batch size."""
+        mask = self._demo_masks.get(batch_size)
+        if mask is None:
+            mask = torch.zeros(batch_size, dtype=torch.bool)
+            mask[batch_size - self.demo_rows(batch_size):] = True
+            mask = self._demo_masks[batch_size] = mask.to(self.device)
+        return mask
+
     # ------------------------------------------------------------------ sampling
     def _sample_arrays(self, batch_size: int):
         if not self.online_sampling and self.relabeled.n_transitions > 0:
             flat = self.relabeled.sample_flat(batch_size, self.rng)
             return GatheredRows(self.relabeled, flat), self.relabeled, flat
+        n_demo = self.demo_rows(batch_size) if self.demo_storage is not None else 0
         storage = self.storage
-        flat = storage.sample_flat(batch_size, self.rng)
-        batch = GatheredRows(storage, flat)
-        n_her = relabel_count(batch_size, self.n_sampled_goal, self.rng)
-        if n_her:
-            rows = slice(batch_size - n_her, batch_size)  # rows are i.i.d., so which ones is immaterial
-            self._relabel(storage, flat[rows], rows, batch)
+        flat = storage.sample_flat(batch_size - n_demo, self.rng)
+        batch = self._relabeled_rows(storage, flat)
+        if n_demo:  # the demonstrations' rows last, relabeled as the rest (see _demo_mask)
+            demo = self._relabeled_rows(self.demo_storage, self.demo_storage.sample_flat(n_demo, self.rng))
+            batch = GatheredRows.joined(batch, demo)
         return batch, storage, flat
+
+    def _relabeled_rows(self, storage: EpisodeStorage, flat: np.ndarray) -> GatheredRows:
+        """The rows at ``flat``, a fraction k/(k+1) of them with hindsight goals."""
+        batch = GatheredRows(storage, flat)
+        n = len(flat)
+        n_her = relabel_count(n, self.n_sampled_goal, self.rng)
+        if n_her:
+            rows = slice(n - n_her, n)  # rows are i.i.d., so which ones is immaterial
+            self._relabel(storage, flat[rows], rows, batch)
+        return batch
 
     def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: slice, batch: GatheredRows) -> None:
         """Give ``rows`` of ``batch`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
@@ -395,9 +475,14 @@ class HerReplayBuffer(ReplayBuffer):
     def sample(self, batch_size: int, env: Any = None, *, beta: float | None = None) -> DictReplayBufferSamples:
         """Draw ``batch_size`` transitions, a fraction k/(k+1) of them with hindsight goals.
 
-        With prioritized replay, a relabeled transition shares its stored transition's priority.
+        With prioritized replay, a relabeled transition shares its stored transition's priority. With
+        demonstrations, the batch's last ``demo_rows(batch_size)`` rows come from them, and its ``demo_mask``
+        marks them.
         """
-        return super().sample(batch_size, env, beta=beta)
+        samples = super().sample(batch_size, env, beta=beta)
+        if self.demo_storage is None:
+            return samples
+        return samples._replace(demo_mask=self._demo_mask(int(batch_size)))
 
     def _prioritized_storage(self) -> EpisodeStorage:
         return self.storage if self.online_sampling else self.relabeled
@@ -418,13 +503,23 @@ class HerReplayBuffer(ReplayBuffer):
             "max_episode_length": self.max_episode_length,
             "info_keys": self.info_keys,
             "reward_context": list(self.reward_context),
+            "demo_batch_ratio": self.demo_batch_ratio,
+            "demo_rows": 0 if self.demo_storage is None else self.demo_storage.rows,
         }
 
     def _storages(self) -> dict[str, EpisodeStorage]:
         out = {"storage": self.storage}
         if not self.online_sampling:
             out["relabeled"] = self.relabeled
+        if self.demo_storage is not None:
+            out["demos"] = self.demo_storage
         return out
+
+    def reset(self) -> None:
+        """Forget every transition added; the demonstrations stay."""
+        for name, storage in self._storages().items():
+            if name != "demos":
+                storage.clear()
 
     @classmethod
     def load(
@@ -441,10 +536,14 @@ class HerReplayBuffer(ReplayBuffer):
         pass ``env`` or ``compute_reward`` again."""
         meta, arrays, obs_space, act_space = cls._read(path)
         with _file_errors(path):
+            config = dict(meta["config"])
+            demo_rows = config.pop("demo_rows", 0)
             buffer = cls(
                 observation_space=obs_space, action_space=act_space, env=env, device=device,
-                compute_reward=compute_reward, compute_terminated=compute_terminated, **meta["config"],
+                compute_reward=compute_reward, compute_terminated=compute_terminated, **config,
             )
+            if demo_rows:  # the demonstrations are in the file: no dataset is read
+                buffer.demo_storage = buffer._demo_store(demo_rows)
             prefix = "storage/transition/" + INFO_PREFIX
             for name, array in arrays.items():
                 if name.startswith(prefix):
@@ -459,12 +558,14 @@ class HerReplayBuffer(ReplayBuffer):
         "goal_selection_strategy": one_of("future", "final", "episode", "random"), "copy_info_dict": BOOL,
         "online_sampling": BOOL, "max_episode_length": POSITIVE_INT,
         "info_keys": None, "reward_context": None,  # lists of names, checked by the constructor
+        "demo_batch_ratio": DEMO_BATCH_RATIO, "demo_rows": NON_NEGATIVE_INT,
     }
 
     @classmethod
     def _file_shapes(cls, config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        demos = {"demos": (max(config["demo_rows"], 2), 1)} if config.get("demo_rows") else {}
         if config.get("online_sampling", True):
-            return super()._file_shapes(config)
+            return {**super()._file_shapes(config), **demos}
         return {"storage": (config.get("max_episode_length", DEFAULT_MAX_EPISODE_LENGTH) + 1, config.get("n_envs", 1)),
                 "relabeled": (max(config.get("buffer_size", 1), 1), 1)}
 

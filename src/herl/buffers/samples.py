@@ -36,3 +36,5 @@ class DictReplayBufferSamples(NamedTuple):
     discounts: torch.Tensor | None = None
     weights: torch.Tensor | None = None
     indexes: np.ndarray | None = None
+    demo_mask: torch.Tensor | None = None
+    """With demonstrations in the buffer: which rows (bool, shaped (batch,)) come from them."""

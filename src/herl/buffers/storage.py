@@ -462,6 +462,62 @@ class EpisodeStorage:
         self._row = int((self._row + n) % self.rows)
         self.window = min(self.window + n, self.rows)
 
+    def fill_episodes(
+        self,
+        states: Mapping[str, np.ndarray],
+        next_states: Mapping[str, np.ndarray],
+        transitions: Mapping[str, np.ndarray],
+        episode_starts: np.ndarray,
+    ) -> None:
+        """Write whole, closed episodes into this empty one-env storage at once (the demonstration store of a HER
+        buffer): rows ``episode_starts[i]`` up to the next start are episode ``i``, in order.
+
+        Rows are booked as :meth:`add` and :meth:`close` book them (with the shared layout each episode takes one more
+        row, for its final state), so sampling and goal selection treat them as any other stored episode. The
+        storage must hold ``len(rows) + n_episodes * share_states`` rows.
+        """
+        if self.n_envs != 1 or self.n_adds or self.n_transitions:
+            raise RuntimeError("fill_episodes() writes into an empty one-env storage")
+        n = len(transitions["reward"])
+        starts = np.asarray(episode_starts, dtype=np.int64)
+        lengths = np.diff(np.append(starts, n))
+        share = int(self.share_states)
+        total = n + share * len(starts)
+        if total > self.rows or n == 0 or starts[0] != 0 or (lengths < 1).any():
+            raise ValueError(f"{len(starts)} episode(s) of {n} steps in all do not fit {self.rows} rows, or their "
+                             "starts are not increasing from 0")
+        episode = np.repeat(np.arange(len(starts)), lengths)
+        first = starts + share * np.arange(len(starts))  # each episode's first row here
+        rows = np.arange(n) + share * episode
+        for k, v in states.items():
+            self.flat_states[k][rows] = self._stored(v, self.state_fields[k])
+        last = rows[starts + lengths - 1] + 1  # with the shared layout, the row after each episode's last transition
+        for k, v in next_states.items():
+            if share:
+                self.flat_states[k][last] = self._stored(np.asarray(v)[starts + lengths - 1], self.state_fields[k])
+            else:
+                self.flat_next_states[k][rows] = self._stored(v, self.state_fields[k])
+        for k, v in transitions.items():
+            self.flat_transitions[k][rows] = self._stored(v, self.transition_fields[k])
+        span = np.arange(total)
+        span_episode = np.repeat(np.arange(len(starts)), lengths + share)
+        self.ep_start[span, 0] = first[span_episode]
+        self.ep_len[span, 0] = lengths[span_episode]
+        self.head[first, 0] = True
+        self.heads[first] += 1
+        self.is_transition[rows, 0] = True
+        self.n_adds = n
+        self.open_began[:] = n
+        self.n_transitions = n
+        self.window = total
+        self._set_pos(np.array([total % self.rows], dtype=np.int64))
+        self._set_min_began()
+        self.check_consistency()
+
+    def _stored(self, values: Any, spec: FieldSpec):
+        """``values`` as this storage keeps them (NumPy here; tensors on its device for the torch storage)."""
+        return np.asarray(values, dtype=spec.dtype).reshape(-1, *spec.shape)
+
     def clear(self) -> None:
         """Forget every episode (arrays keep their memory)."""
         self.is_transition[:] = False
@@ -715,6 +771,9 @@ class TorchEpisodeStorage(EpisodeStorage):
     def _select(self, values, mask: np.ndarray):
         return values[self._torch.as_tensor(mask, device=values.device)]
 
+    def _stored(self, values: Any, spec: FieldSpec):
+        return self._tensor(super()._stored(values, spec), spec)
+
     def _assign(self, target, source: np.ndarray) -> None:
         target.copy_(self._torch.from_numpy(np.ascontiguousarray(source)))
 
@@ -748,6 +807,23 @@ class GatheredRows:
         self.storage = storage
         self.blocks = storage.take_blocks(flat)
         self.next_blocks = storage.take_blocks(storage.next_flat(flat)) if storage.share_states else None
+
+    @classmethod
+    def joined(cls, first: GatheredRows, second: GatheredRows) -> GatheredRows:
+        """The rows of ``first`` followed by those of ``second``, gathered from storages with the same fields and
+        layout (a HER buffer's main and demonstration stores)."""
+        def cat(a: dict, b: dict) -> dict:
+            if all(isinstance(block, np.ndarray) for block in a.values()):
+                return {d: np.concatenate([a[d], b[d]]) for d in a}
+            import torch
+
+            return {d: torch.cat([a[d], b[d]]) for d in a}
+
+        out = cls.__new__(cls)
+        out.storage = first.storage
+        out.blocks = cat(first.blocks, second.blocks)
+        out.next_blocks = None if first.next_blocks is None else cat(first.next_blocks, second.next_blocks)
+        return out
 
     def state(self, name: str):
         return self.storage.field_of(self.blocks, "s", name)

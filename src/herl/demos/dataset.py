@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from herl.errors import HerlError
+
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 METADATA_FILE = "metadata.json"
 
 
-class DatasetError(ValueError):
+class DatasetError(HerlError, ValueError):
     """A dataset that cannot be used: missing, empty, truncated, or not made for this env."""
 
 
@@ -130,6 +132,28 @@ def from_episodes(episodes: list[dict[str, Any]], observation_space: spaces.Spac
     )
 
 
+def as_demonstrations(dataset: Demonstrations | str | os.PathLike) -> Demonstrations:
+    """``dataset`` itself, or the dataset it names (a folder written by herl or a local Minari id)."""
+    if isinstance(dataset, Demonstrations):
+        return dataset
+    if not isinstance(dataset, (str, os.PathLike)):
+        raise TypeError(f"demonstrations must be a herl.demos.Demonstrations, a dataset folder or a Minari id, got "
+                        f"{type(dataset).__name__}")
+    return load_minari(dataset)
+
+
+def policy_scale(actions: np.ndarray, space: spaces.Space) -> np.ndarray:
+    """Demo actions as the policy and the replay buffer hold them: bounded boxes scaled to [-1, 1] (float32),
+    Discrete actions as indices from 0 (int64, shaped (n, 1)); other spaces as they are."""
+    actions = np.asarray(actions)
+    if isinstance(space, spaces.Discrete):
+        return (actions.reshape(-1).astype(np.int64) - int(space.start)).reshape(-1, 1)
+    if isinstance(space, spaces.Box) and np.isfinite(space.low).all() and np.isfinite(space.high).all():
+        scaled = 2.0 * (actions.astype(np.float64) - space.low) / (space.high - space.low) - 1.0
+        return np.clip(scaled, -1.0, 1.0).astype(np.float32)
+    return actions
+
+
 def save_minari(demos: Demonstrations, path: str | os.PathLike, *, env_spec: Any = None,
                 data_format: str = "hdf5", description: str | None = None) -> Path:
     """Write ``demos`` as a Minari dataset in the folder ``path`` (which must not hold one); returns the path."""
@@ -172,7 +196,7 @@ def load_minari(path_or_id: str | os.PathLike) -> Demonstrations:
     """Read a Minari dataset: a folder written by :func:`save_minari` (or its ``data`` subfolder), or the id of a
     dataset in the local Minari root (``~/.minari/datasets``, or ``MINARI_DATASETS_PATH``); nothing is downloaded."""
     minari_storage = _import_minari()
-    data_path = _data_path(path_or_id)
+    data_path = find_data_path(path_or_id)
     try:
         metadata = json.loads((data_path / METADATA_FILE).read_text())
     except (OSError, json.JSONDecodeError) as err:
@@ -194,7 +218,7 @@ def load_minari(path_or_id: str | os.PathLike) -> Demonstrations:
     return from_episodes(episodes, storage.observation_space, storage.action_space)
 
 
-def _data_path(path_or_id: str | os.PathLike) -> Path:
+def find_data_path(path_or_id: str | os.PathLike) -> Path:
     path = Path(path_or_id)
     for candidate in (path / "data", path):
         if (candidate / METADATA_FILE).is_file():

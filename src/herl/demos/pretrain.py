@@ -16,7 +16,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from herl.demos.dataset import Demonstrations, load_minari
+from herl.demos.dataset import Demonstrations, as_demonstrations, policy_scale
 
 
 def pretrain(model: Any, dataset: Demonstrations | str | os.PathLike, *, n_epochs: int = 10,
@@ -27,7 +27,7 @@ def pretrain(model: Any, dataset: Demonstrations | str | os.PathLike, *, n_epoch
     if n_epochs < 1 or batch_size < 1 or not learning_rate > 0:
         raise ValueError(f"n_epochs and batch_size must be >= 1 and learning_rate > 0, got {n_epochs}, {batch_size}, "
                          f"{learning_rate}")
-    demos = dataset if isinstance(dataset, Demonstrations) else load_minari(dataset)
+    demos = as_demonstrations(dataset)
     demos.check_spaces(model.observation_space, model.action_space)
     verbose = model.verbose if verbose is None else verbose
     device = model.device
@@ -63,7 +63,7 @@ def pretrain(model: Any, dataset: Demonstrations | str | os.PathLike, *, n_epoch
 
 def _targets(actions: np.ndarray, space: spaces.Space, device: torch.device) -> torch.Tensor:
     """Demo actions in the policy's scale: [-1, 1] boxes, or action indices."""
+    scaled = policy_scale(actions, space)
     if isinstance(space, spaces.Discrete):
-        return torch.as_tensor(np.asarray(actions).reshape(-1).astype(np.int64) - int(space.start), device=device)
-    scaled = 2.0 * (np.asarray(actions, dtype=np.float64) - space.low) / (space.high - space.low) - 1.0
-    return torch.as_tensor(np.clip(scaled, -1.0, 1.0).reshape(len(actions), -1), dtype=torch.float32, device=device)
+        return torch.as_tensor(scaled.reshape(-1), device=device)
+    return torch.as_tensor(scaled.reshape(len(actions), -1), dtype=torch.float32, device=device)

@@ -76,11 +76,15 @@ def write_model(model: Any, path: str | os.PathLike) -> None:
 
 
 def _jsonable_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The entries that are data (enums by name, tuples as lists); callables such as compute_reward are code, left out."""
+    """The entries that are data (enums by name, tuples as lists, paths as text, such as a dataset of demonstrations);
+    callables such as compute_reward are code, and in-memory demonstrations are data too large for the file: both
+    are left out (pass them again on load with replay_buffer_kwargs=)."""
     out = {}
     for key, value in kwargs.items():
         if isinstance(value, enum.Enum):
             out[key] = value.name.lower()
+        elif isinstance(value, os.PathLike):
+            out[key] = os.fspath(value)
         elif isinstance(value, _JSON_TYPES) or (isinstance(value, (list, tuple)) and all(isinstance(v, _JSON_TYPES) for v in value)):
             out[key] = list(value) if isinstance(value, tuple) else value
     return out

@@ -10,7 +10,9 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
   ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
-- ``eval.freq``, ``eval.episodes``, ``eval.deterministic``; ``checkpoint.freq``, ``checkpoint.keep``.
+- ``eval.freq``, ``eval.episodes``, ``eval.deterministic``; ``checkpoint.freq``, ``checkpoint.keep``;
+- ``demos.path`` (``--demos``), ``demos.batch_ratio``: demonstrations in the HER buffer (``bc_loss_weight`` weighs the
+  behaviour-cloning loss on them).
 
 Later layers win: defaults, then the preset's common settings, its section for the algorithm, the flags, ``--set``.
 """
@@ -33,6 +35,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ALGOS = ("dqn", "ddpg", "td3", "sac", "tqc", "crossq")
+DEMO_ALGOS = ("ddpg", "td3", "sac", "tqc")
+DEFAULT_BC_LOSS_WEIGHT = 1.0
+"""``--demos``' bc_loss_weight: Nair et al. 2018's weights (0.0078 on the BC loss summed over 128 demo rows, 0.001 on
+-Q summed over 1024 rows) are 1:1 on herl's means over demo rows and over the batch."""
 NOISE_TYPES = ("auto", "none", "normal", "ornstein-uhlenbeck")
 
 
@@ -113,6 +119,18 @@ class CheckpointSettings:
 
 
 @dataclass(frozen=True)
+class DemoSettings:
+    """Demonstrations in the HER buffer's own store (``--demos``); the algorithm's ``bc_loss_weight`` weighs the
+    behaviour-cloning loss on them."""
+
+    path: str = ""
+    """The dataset folder (``herl record``) or local Minari id; ``--demos`` records it as an absolute path, which
+    ``--resume`` reads again."""
+    batch_ratio: float = 0.125
+    """Fraction of each batch drawn from the demonstrations (Nair et al. 2018: 128 of 1024)."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines one training run (one seed); written to the run folder as ``config.json``."""
 
@@ -153,6 +171,8 @@ class TrainConfig:
     """Periodic evaluation."""
     checkpoint: CheckpointSettings = CheckpointSettings()
     """Periodic checkpoints."""
+    demos: DemoSettings | None = None
+    """Demonstrations to learn from, or None."""
     preset: str | None = None
     """The preset the settings came from, if any."""
     notes: tuple[str, ...] = ()
@@ -165,11 +185,13 @@ class TrainConfig:
     def from_json(cls, data: Mapping[str, Any]) -> TrainConfig:
         data = dict(data)
         her = data.pop("her", None)
+        demos = data.pop("demos", None)
         policy = dict(data.pop("policy", {}))
         if policy.get("net_arch") is not None:
             policy["net_arch"] = tuple(policy["net_arch"])
         return cls(
             her=None if her is None else HerSettings(**her),
+            demos=None if demos is None else DemoSettings(**demos),
             policy=PolicySettings(**policy),
             noise=NoiseSettings(**data.pop("noise", {})),
             eval=EvalSettings(**data.pop("eval", {})),
@@ -194,7 +216,7 @@ RUN_KEYS = {"timesteps": int, "n_envs": int, "device": str, "threads": int, "log
             "broadcast_every": int}
 SECTIONS: dict[str, type] = {
     "her": HerSettings, "policy": PolicySettings, "noise": NoiseSettings, "eval": EvalSettings,
-    "checkpoint": CheckpointSettings,
+    "checkpoint": CheckpointSettings, "demos": DemoSettings,
 }
 
 
@@ -290,10 +312,18 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
         noise_type = "normal" if algo in ("ddpg", "td3") else "none"
         settings["noise"] = dataclasses.replace(settings["noise"], type=noise_type)
     _check_algorithm_settings(algo, hyperparameters, settings["policy"])
+    demos = settings["demos"] if sections["demos"] else None
+    if demos is not None and not demos.path:
+        raise CLIError("demos.batch_ratio is set but no demonstrations are: give them with --demos DIR")
+    if demos is not None and algo not in DEMO_ALGOS:
+        raise CLIError(f"demonstrations train an actor with a behaviour-cloning loss: use --algo "
+                       f"{', '.join(DEMO_ALGOS)} (not {algo})")
+    if demos is not None and not her_on:
+        raise CLIError("demonstrations live in the HER buffer's own store: --demos needs HER (leave out --no-her)")
     config = TrainConfig(
         algo=algo, env=env, env_kwargs=sections["env"], seed=seed, preset=preset, hyperparameters=hyperparameters,
         her=settings["her"] if her_on else None, policy=settings["policy"], noise=settings["noise"],
-        eval=settings["eval"], checkpoint=settings["checkpoint"], **run,
+        eval=settings["eval"], checkpoint=settings["checkpoint"], demos=demos, **run,
     )
     validate_config(config)
     return config
@@ -369,6 +399,12 @@ def validate_config(config: TrainConfig) -> None:
                   ("her.n_sampled_goal", config.her.n_sampled_goal, NON_NEGATIVE_INT),
                   ("her.online_sampling", config.her.online_sampling, BOOL),
                   ("her.copy_info_dict", config.her.copy_info_dict, BOOL)]
+    if config.demos is not None:
+        from herl.buffers.her import DEMO_BATCH_RATIO
+
+        if not isinstance(config.demos.path, str) or not config.demos.path:
+            raise CLIError(f"demos.path must name a dataset folder, got {config.demos.path!r}")
+        rules.append(("demos.batch_ratio", config.demos.batch_ratio, DEMO_BATCH_RATIO))
     try:
         for name, value, rule in rules:
             check("", name, value, rule)

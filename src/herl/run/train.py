@@ -85,6 +85,9 @@ def build_model(config: TrainConfig, env: Any) -> Any:
         kwargs["replay_buffer_class"] = HerReplayBuffer
         kwargs["replay_buffer_kwargs"] = {"n_sampled_goal": her.n_sampled_goal, "goal_selection_strategy": her.strategy,
                                           "online_sampling": her.online_sampling, "copy_info_dict": her.copy_info_dict}
+        if config.demos is not None:
+            kwargs["replay_buffer_kwargs"].update(demonstrations=config.demos.path,
+                                                  demo_batch_ratio=config.demos.batch_ratio)
     action_space = env.single_action_space if hasattr(env, "single_action_space") else env.action_space
     if config.noise.type != "none":
         if not isinstance(action_space, spaces.Box):
@@ -415,6 +418,7 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
     """Continue the run in ``run_dir`` from its latest checkpoint (to ``timesteps`` if given)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
+    check_demos_exist(config, run_dir)
     with _claim(run_dir):
         remove_partial_checkpoints(run_dir)
         checkpoint = latest_checkpoint(run_dir)
@@ -442,6 +446,20 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
                           progress_mode=progress, position=position, on_eval=on_eval)
         finally:
             env.close()
+
+
+def check_demos_exist(config: TrainConfig, run_dir: Path) -> None:
+    """A CLIError naming the dataset if the run learns from demonstrations that are no longer where it recorded them
+    (rebuilding the model reads them again, even though the checkpoint's buffer holds a copy)."""
+    if config.demos is None:
+        return
+    from herl.demos.dataset import DatasetError, find_data_path
+
+    try:
+        find_data_path(config.demos.path)
+    except (DatasetError, ImportError) as err:
+        raise CLIError(f"{run_dir} learns from the demonstrations at {config.demos.path}, which cannot be found "
+                       f"({err}): put the dataset back there to resume") from None
 
 
 def _load_usable_checkpoint(run_dir: Path, checkpoint: Any, env: Any, config: TrainConfig) -> tuple[Any, float, Any]:

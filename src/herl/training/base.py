@@ -25,6 +25,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, ReplayBuffer
 from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, as_integer, check, integer
 from herl.nn.mlp import set_precision
@@ -40,7 +41,8 @@ POLICIES = ("MultiInputPolicy", "MlpPolicy")
 LOSS_CHECK_EVERY = 100
 # What each logged training value is, for the message of a non-finite one.
 LOSS_TERMS = {"critic_loss": "critic loss", "actor_loss": "actor loss", "ent_coef": "entropy coefficient",
-              "ent_coef_loss": "entropy coefficient loss", "loss": "Q-network loss"}
+              "ent_coef_loss": "entropy coefficient loss", "loss": "Q-network loss",
+              "bc_loss": "behaviour-cloning loss"}
 
 
 class OffPolicyAlgorithm:
@@ -248,10 +250,12 @@ class OffPolicyAlgorithm:
         kwargs.setdefault("seed", self._buffer_seed)
         if issubclass(self.replay_buffer_class, HerReplayBuffer):
             kwargs.setdefault("env", self._raw_env)
-        return self.replay_buffer_class(
+        buffer = self.replay_buffer_class(
             self.config.buffer_size, self.observation_space, self.action_space,
             device=self.device, n_envs=self.n_envs, **kwargs,
         )
+        check_demonstrations(self, buffer)
+        return buffer
 
     def get_env(self) -> Any:
         """The env given to the constructor, :meth:`set_env` or :meth:`load` (None if there is none)."""
@@ -377,6 +381,7 @@ class OffPolicyAlgorithm:
         if self.env is None:
             raise ValueError("this model has no env to learn from: pass one to load(..., env=env) or call set_env(env)")
         total_timesteps = as_integer(type(self).__name__, "total_timesteps", total_timesteps, NON_NEGATIVE_INT)
+        check_demonstrations(self, self.replay_buffer)  # the buffer may have been replaced since construction
         check(type(self).__name__, "log_interval", log_interval, integer(0, also=(None,)))
         return run(self, total_timesteps, callback=callback, log_interval=log_interval,
                    tb_log_name=tb_log_name or type(self).__name__, reset_num_timesteps=reset_num_timesteps,
