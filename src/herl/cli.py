@@ -168,7 +168,8 @@ def _add_settings_flags(train: argparse.ArgumentParser) -> None:
     her.add_argument("--her", metavar="STRATEGY:K", help="relabel with future|final|episode|random, K goals per "
                      "transition (default: on for goal envs, future:4 unless the preset says otherwise)")
     her.add_argument("--no-her", action="store_true", help="plain replay, no relabeling")
-    train.add_argument("--demos", metavar="DIR", help="learn from demonstrations too (a dataset folder from herl record): "
+    train.add_argument("--demos", metavar="DIR", help="learn from demonstrations too (a dataset folder from herl record, "
+                       "or scripted[:N]: N episodes of herl's scripted Fetch expert, default 100, recorded in the run): "
                        "they get their own store in the HER buffer, 1/8 of each batch (demos.batch_ratio), and the "
                        "actor a behaviour-cloning loss with the Q-filter (bc_loss_weight=1; ddpg, td3, sac, tqc)")
     train.add_argument("--device", metavar="D", help="torch device: auto, cpu, cuda, cuda:1, ...")
@@ -342,7 +343,9 @@ def _demo_settings(path: str, algo: str) -> dict[str, Any]:
         raise CLIError(f"--demos adds a behaviour-cloning loss to an actor: use --algo {', '.join(DEMO_ALGOS)} "
                        f"(not {algo})")
     local = Path(path).expanduser()
-    return {"demos.path": str(local.resolve()) if local.exists() else path, "bc_loss_weight": DEFAULT_BC_LOSS_WEIGHT}
+    if local.exists():  # a dataset folder; "scripted[:N]" is recorded into the run folder when the run starts
+        path = str(local.resolve())
+    return {"demos.path": path, "bc_loss_weight": DEFAULT_BC_LOSS_WEIGHT}
 
 
 def _default_algo(env: Any) -> str:

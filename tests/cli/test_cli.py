@@ -234,6 +234,31 @@ def test_demos_errors(reach_demos: Path, tmp_path: Path, extra: list[str], messa
     assert message in capsys.readouterr().err
 
 
+def test_scripted_demos_are_recorded_into_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--demos scripted:N records N episodes of herl's scripted Fetch expert into the run folder, which the config
+    then names (so --resume reads them again); an env without an expert, or a bad count, is named."""
+    pytest.importorskip("minari")
+    pytest.importorskip("gymnasium_robotics")
+    from herl.demos import load_minari
+
+    args = ["--algo", "sac", "--env", "FetchReach-v4", "--progress", "off", "--set", "learning_starts=50",
+            "--set", "eval.freq=100", "--set", "eval.episodes=1", "--set", "batch_size=16",
+            "--set", "policy.net_arch=[16,16]", "--run-dir", tmp_path / "run"]
+    assert herl("train", *args, "--demos", "scripted:3", "--timesteps", "100") == 0
+    run = tmp_path / "run" / "seed_0"
+    config = json.loads((run / "config.json").read_text())
+    assert config["demos"]["path"] == str((run / "demos").resolve())
+    assert any("scripted expert" in note for note in config["notes"])
+    assert load_minari(run / "demos").n_episodes == 3
+    assert herl("train", "--resume", tmp_path / "run", "--timesteps", "150", "--progress", "off") == 0
+    capsys.readouterr()
+    assert herl("train", *args[:-1], tmp_path / "bad", "--demos", "scripted:x", "--timesteps", "10") == 2
+    assert "scripted:100" in capsys.readouterr().err
+    assert herl("train", "--algo", "sac", "--env", "herl/PointReach-v0", "--demos", "scripted", "--progress", "off",
+                "--timesteps", "10", "--run-dir", tmp_path / "point") == 2
+    assert "no scripted expert for 'herl/PointReach-v0'" in capsys.readouterr().err
+
+
 def test_a_missing_demos_dataset_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("train", "--algo", "sac", "--env", "herl/PointReach-v0", "--demos", tmp_path / "nothing",
                 "--timesteps", "10", "--progress", "off", "--run-dir", tmp_path / "run") == 2

@@ -395,6 +395,7 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
 
 def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
     torch.set_num_threads(config.threads)
+    config = _record_scripted_demos(config, run_dir)
     env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
     model = build_model(config, env)
     notes = list(config.notes)
@@ -446,6 +447,31 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
                           progress_mode=progress, position=position, on_eval=on_eval)
         finally:
             env.close()
+
+
+SCRIPTED = "scripted"
+"""``--demos scripted[:N]``: N episodes (default 100) of herl's scripted expert, recorded into the run folder."""
+
+
+def _record_scripted_demos(config: TrainConfig, run_dir: Path) -> TrainConfig:
+    """For ``demos.path = "scripted[:N]"``: record the expert's episodes into ``run_dir/demos`` (env steps of their
+    own, not counted in the run's timesteps) and point the config there, so that ``--resume`` reads them again."""
+    if config.demos is None or config.demos.path.partition(":")[0] != SCRIPTED:
+        return config
+    from herl.run.demos import record
+
+    count = config.demos.path.partition(":")[2] or "100"
+    if not count.isdigit() or int(count) < 1:
+        raise CLIError(f"--demos {config.demos.path}: say how many episodes, e.g. scripted:100")
+    output = (run_dir / "demos").resolve()
+    if not (output / "data" / "metadata.json").exists():
+        line = record(config.env, SCRIPTED, episodes=int(count), output=output, seed=10_000 * (config.seed + 1),
+                      env_kwargs=dict(config.env_kwargs), successful_only=False, device="cpu")
+        print(f"herl train: scripted expert: {line}", file=sys.stderr, flush=True)
+    note = (f"demonstrations: {count} episodes of herl's scripted expert in {output} (their env steps are not counted "
+            "in the run's steps)")
+    return dataclasses.replace(config, demos=dataclasses.replace(config.demos, path=str(output)),
+                               notes=(*config.notes, note))
 
 
 def check_demos_exist(config: TrainConfig, run_dir: Path) -> None:
