@@ -234,6 +234,50 @@ def test_cpprb_on_episode_end_failure_leaves_the_episode_staged_for_a_retry():
     assert failing.get_stored_size() == 5
 
 
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("strategy", ["future", "random"])
+@pytest.mark.parametrize("failure", ["raises", "nan"])
+def test_cpprb_reward_func_failing_on_the_relabeled_copies_leaves_the_buffer_as_it_was(failure, strategy, prioritized):
+    """reward_func is called twice at episode end: on the real goals, then on the relabeled ones, after the engine has
+    stored the real episode. A failure in the second call must undo that (store, priorities, generator), keep the
+    episode staged, and name reward_func; the retry then stores exactly what a run that never failed stores."""
+    def reward(s, a, g):
+        return -np.abs(s - g).sum(axis=1)
+
+    def failing(s, a, g):
+        if (g[:, 0] != 5.0).any():  # only the relabeled goals: the real call passes
+            if failure == "raises":
+                raise RuntimeError("user bug")
+            return np.full(len(s), np.nan)
+        return reward(s, a, g)
+
+    def run(fail_once):
+        buffer = _cpprb(strategy=strategy) if not prioritized else HindsightReplayBuffer(
+            100, {"obs": {"shape": 2}, "act": {"shape": 1}, "next_obs": {"shape": 2}}, max_episode_len=10, seed=0,
+            reward_func=reward, strategy=strategy)
+        buffer.reward_func = reward
+        for episode in range(3):
+            for t in range(4):
+                buffer.add(obs=[t, episode], act=[0.0], next_obs=[t + 1, episode])
+            if fail_once and episode == 2:
+                buffer.reward_func = failing
+                with pytest.raises((RuntimeError, NonFiniteError)) as caught:
+                    buffer.on_episode_end([5.0, 0.0])
+                assert "reward_func" in str(caught.value) + " ".join(getattr(caught.value, "__notes__", []))
+                assert "stays staged" in " ".join(caught.value.__notes__)
+                assert buffer.get_stored_size() == 2 * 4 * 5
+                buffer.reward_func = reward
+            buffer.on_episode_end([5.0, 0.0])
+        return buffer
+
+    expected, retried = run(False), run(True)
+    assert retried.get_stored_size() == expected.get_stored_size() == 3 * 4 * 5
+    # everything stored, and the next draw (the generator was put back too)
+    for got, want in [(retried.get_all_transitions(), expected.get_all_transitions()), (retried.sample(64), expected.sample(64))]:
+        for key, values in want.items():
+            np.testing.assert_array_equal(got[key], values, err_msg=key)
+
+
 @pytest.mark.parametrize("value", [2.5, "3", True])
 def test_adapters_refuse_non_integer_counts_naming_the_users_argument(value):
     with pytest.raises(ConfigError, match="additional_goals="):

@@ -317,14 +317,22 @@ class HerReplayBuffer(ReplayBuffer):
                 f"buffer_size={self.relabeled.rows}: they overwrite the episode's real transitions at once, so the "
                 f"buffer keeps none. Raise buffer_size to at least {(self.n_sampled_goal + 1) * length} (issue 10)",
                 stacklevel=4)
-        # the episode once as it happened, stored first so that `random` can draw goals from it too
-        self.relabeled.extend(*GatheredRows(stage, flat).fields())
-        if not self.n_sampled_goal:
-            return
-        # then k relabeled copies of it
-        copies = np.concatenate([flat] * self.n_sampled_goal)
-        rows = GatheredRows(stage, copies)
-        self._relabel(stage, copies, slice(None), rows)
+        # the episode once as it happened, stored first so that `random` can draw goals from it too; the reward
+        # function runs after that, so if it raises, the store and the generator are put back as they were (issue 10:
+        # cpprb's on_episode_end keeps the episode staged for a retry, which must not store it twice)
+        rng_state = self.rng.bit_generator.state
+        with self.relabeled.undo_extend_on_error(length):
+            self.relabeled.extend(*GatheredRows(stage, flat).fields())
+            if not self.n_sampled_goal:
+                return
+            # then k relabeled copies of it
+            copies = np.concatenate([flat] * self.n_sampled_goal)
+            rows = GatheredRows(stage, copies)
+            try:
+                self._relabel(stage, copies, slice(None), rows)
+            except BaseException:
+                self.rng.bit_generator.state = rng_state
+                raise
         self.relabeled.extend(*rows.fields())
 
     # ------------------------------------------------------------------ sampling
