@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Train an agent. Settings come from the env's preset, then the flags, "
                                 "then --set. Each seed gets RUN_DIR/seed_<S>/.")
     train.add_argument("--algo", choices=ALGOS, help="algorithm (default: the preset's)")
-    train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0")
+    train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0 "
+                       "(with --resume: the run's own id, which confirms importing a module:Id env's module)")
     train.add_argument("--preset", metavar="NAME", help="preset to use (default: the one for the env; see herl list)")
     train.add_argument("--timesteps", type=_positive_int, metavar="N", help="env steps to train for")
     train.add_argument("--seed", type=int, nargs="+", default=[0], metavar="S", help="one run per seed (default: 0)")
@@ -160,17 +161,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from herl.run.train import find_seed_runs, resume_run, run_parallel
+    from herl.run.train import find_seed_runs, read_config, resume_run, run_parallel
 
     if args.resume is not None:
-        start_only = {"--algo": args.algo, "--env": args.env, "--preset": args.preset, "--n-envs": args.n_envs,
+        start_only = {"--algo": args.algo, "--preset": args.preset, "--n-envs": args.n_envs,
                       "--her": args.her, "--no-her": args.no_her or None, "--device": args.device,
                       "--threads": args.threads, "--run-dir": args.run_dir, "--set": args.set or None}
         given = [flag for flag, value in start_only.items() if value is not None]
         if given or args.seed != [0]:
-            raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs and "
-                           f"--progress, not {', '.join(given) or '--seed'}")
+            raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs, "
+                           f"--progress and --env (to confirm its env), not {', '.join(given) or '--seed'}")
         runs = find_seed_runs(args.resume)
+        for run in runs:  # before any worker makes the env, which would import a module:Id env's module
+            env_id = read_config(run).env
+            if args.env is None:
+                _confirm_env_module(env_id, run)
+            elif args.env != env_id:
+                raise CLIError(f"{run} trains the env {env_id!r}; with --resume, --env only confirms that id "
+                               f"(--env {shlex.quote(env_id)}), it cannot change it")
         print(f"herl train: resuming {len(runs)} run(s) in {args.resume}", flush=True)
         jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress}) for run in runs]
         _print_summaries(run_parallel(jobs, args.jobs))
@@ -317,7 +325,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _confirm_env_module(env_id: str, source: Path) -> None:
     """An env id ``module:Id`` read from a run's config.json imports ``module``, which runs its code: ask first (or,
-    without a terminal, refuse), unless the module is imported already or the user named the id with ``--env``."""
+    without a terminal, refuse), unless the module is imported already or the user named the id with ``--env``.
+    ``herl eval`` and ``herl train --resume`` both ask here (issue 10)."""
     import importlib.util
 
     module = env_id.rpartition(":")[0]

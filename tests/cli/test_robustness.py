@@ -112,6 +112,35 @@ def test_eval_asks_before_importing_a_module_a_run_config_names(finished: Path, 
     assert "not_imported_yet_herl_test" not in sys.modules
 
 
+def test_resume_asks_before_importing_a_module_a_run_config_names(finished: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same question as eval's, on the same code path; --env with the run's own id is the scripted "yes"."""
+    run = _copy(finished, tmp_path)
+    (tmp_path / "herl_trust_probe.py").write_text("")  # an importable module that registers nothing
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env_id = "herl_trust_probe:herl/BitFlipping-v0"
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "env": env_id}))
+    assert herl("train", "--resume", run.parent, "--progress", "off") == 2  # no terminal to ask: refused
+    err = capsys.readouterr().err
+    assert "imports the Python module 'herl_trust_probe'" in err and f"--env {env_id}" in err
+    assert "herl_trust_probe" not in sys.modules
+    assert herl("train", "--resume", run, "--env", "herl/BitFlipping-v0", "--progress", "off") == 2
+    assert "--env only confirms that id" in capsys.readouterr().err
+    # at a terminal: asked, and the answer is honoured
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    answers = iter(["n", "y"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    assert herl("train", "--resume", run, "--progress", "off") == 2
+    assert herl("train", "--resume", run, "--timesteps", "400", "--progress", "off") == 0
+    assert latest_checkpoint(run).step == 400
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
+    sys.modules.pop("herl_trust_probe", None)
+    assert herl("train", "--resume", run, "--env", env_id, "--timesteps", "500", "--progress", "off") == 0
+    assert latest_checkpoint(run).step == 500
+
+
 @pytest.mark.parametrize(("setting", "message"), [
     ("policy.net_arch=64", "net_arch=64"), ("batch_size=1e400", "batch_size=inf"), ("learning_rate=nan", "nan"),
     ("env.n_bits=abc", "could not be made with env.n_bits='abc'"),
