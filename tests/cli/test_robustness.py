@@ -3,6 +3,7 @@ env ids that import code, and the small things (plot labels, quoting, suggestion
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +55,43 @@ def test_a_signal_writes_a_checkpoint_and_says_how_to_resume(tmp_path: Path, sig
     step = latest_checkpoint(run).step
     assert step > 100  # not only the one at step 0
     assert herl("train", "--resume", tmp_path, "--timesteps", str(step + 100), "--progress", "off") == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_sigterm_to_the_parent_of_parallel_seeds_reaches_every_worker(tmp_path: Path) -> None:
+    """``--jobs 2``: the signal goes to the parent only (as a scheduler or `kill PID` sends it); each worker writes its
+    checkpoint and stops, and the parent says where each seed resumes from."""
+    args = [*TINY, "--timesteps", "200000", "--set", "checkpoint.freq=100000", "--set", "eval.freq=0"]
+    process = subprocess.Popen([sys.executable, "-m", "herl", "train", *args, "--seed", "0", "1", "--jobs", "2",
+                                "--run-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    runs = [tmp_path / "seed_0", tmp_path / "seed_1"]
+    deadline = time.monotonic() + 600  # two spawned interpreters importing torch on a loaded machine
+    while not all((run / "progress.csv").exists() and (run / "progress.csv").stat().st_size > 200 for run in runs):
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        for run in runs:  # the workers have process groups of their own: stop them by the pid their lock names
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int((run / "train.pid").read_text()), signal.SIGKILL)
+        raise
+    # promptly: a few seconds on an idle machine (the limit leaves room for a loaded one, where a worker at the lowest
+    # priority gets a few percent of a core)
+    assert time.monotonic() - sent < 180
+    assert process.returncode == 130, err
+    for run in runs:
+        step = latest_checkpoint(run).step
+        assert step > 0  # written on the signal (checkpoint.freq is 100,000), not the one at step 0
+        assert f"{run}: resumes from step {step:,}" in err
+        fcntl = pytest.importorskip("fcntl")
+        with open(run / "train.pid") as lock:  # no worker holds its run any more: each one has exited
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert f"herl train --resume {tmp_path}" in err
 
 
 def test_an_explicit_buffer_size_is_kept_and_a_chosen_one_is_said(tmp_path: Path) -> None:
