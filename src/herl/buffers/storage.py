@@ -618,8 +618,9 @@ class EpisodeStorage:
         live.update({f"next_state/{k}": v for k, v in self.next_states.items()} if not self.share_states else {})
         live.update({f"transition/{k}": v for k, v in self.transitions.items()})
         counters = arrays.get("counters")
-        if counters is None or counters.shape != (3,):
-            raise CorruptFileError("the saved buffer's counters are missing or misshapen: the file is damaged")
+        if counters is None or counters.shape != (3,) or counters.dtype.kind not in "iu" or (counters < 0).any():
+            raise CorruptFileError(f"the saved buffer's counters must be 3 whole numbers >= 0, got "
+                                   f"{None if counters is None else counters.tolist()}: the file is damaged")
         written = int(counters[2])  # the window: rows a file written with written_only holds
         arrays = dict(arrays)
         if "priority/leaves" in arrays and len(arrays["priority/leaves"]) == written * self.n_envs:
