@@ -131,6 +131,14 @@ def test_a_truncated_checkpoint_falls_back_to_the_previous_one(finished: Path, t
     assert latest_checkpoint(run).step == 400
 
 
+def test_a_deleted_checkpoint_falls_back_to_the_previous_one(finished: Path, tmp_path: Path) -> None:
+    run = _copy(finished, tmp_path)
+    newest, previous = complete_checkpoints(run)[:2]
+    shutil.rmtree(newest.path)  # latest.json still names it
+    with pytest.warns(UserWarning, match=f"resuming from {previous.path.name}"):
+        assert latest_checkpoint(run) == previous
+
+
 def test_a_damaged_config_json_is_reported(finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = _copy(finished, tmp_path)
     for text in ["{", "[1, 2]", json.dumps({**json.loads((finished / "config.json").read_text()), "timesteps": "x"})]:
@@ -207,6 +215,14 @@ def test_plot_labels_may_follow_one_flag(finished: Path, tmp_path: Path) -> None
 def test_an_unknown_id_of_a_known_package_suggests_the_module_form(capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("check-env", "parking-v0") == 2
     assert "did you mean highway_env:parking-v0?" in capsys.readouterr().err
+
+
+def test_the_licence_is_an_spdx_string() -> None:
+    """setuptools deprecates the licence table and said so three times per `pip install` (PEP 639's string form)."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert not any("License ::" in c for c in project.get("classifiers", []))  # PEP 639 forbids both
 
 
 def test_printed_commands_are_shell_quoted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

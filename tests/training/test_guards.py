@@ -114,6 +114,28 @@ def test_a_non_finite_loss_stops_training_and_names_the_term():
         dqn.train_info()  # and at log time
 
 
+def test_a_non_finite_entropy_coefficient_is_named():
+    model = SAC("MultiInputPolicy", BitFlippingEnv(n_bits=4, continuous=True), seed=0, **SMALL)
+    model.learn(20)
+    with torch.no_grad():
+        model.log_ent_coef.fill_(float("nan"))
+    with pytest.raises(NonFiniteError, match="entropy coefficient"):
+        model.train(100)
+
+
+def test_predict_names_a_missing_key_and_the_expected_shape():
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    model = SAC("MultiInputPolicy", env, seed=0, **SMALL)
+    obs, _ = env.reset(seed=0)
+    with pytest.raises(ValueError, match="the observation lacks the key 'desired_goal'"):
+        model.predict({k: v for k, v in obs.items() if k != "desired_goal"})
+    with pytest.raises(ValueError, match=r"observation\['observation'\] has shape \(1, 5\).*expected numbers shaped \(4,\)"):
+        model.predict({**obs, "observation": np.zeros(5, np.float32)})
+    with pytest.raises(ValueError, match=r"observation\['desired_goal'\] has shape \(3, 4\).*batch of 2"):
+        model.predict({**{k: np.stack([v, v]) for k, v in obs.items()}, "desired_goal": np.zeros((3, 4), np.float32)})
+    model.predict({k: np.stack([v, v]) for k, v in obs.items()})  # a well-formed batch
+
+
 def test_nan_weights_are_caught_by_the_next_action_if_not_by_a_loss_first():
     model = _broken_sac()
     with pytest.raises(NonFiniteError, match="action of env 0"):
