@@ -10,6 +10,8 @@ is plain uniform replay over those copies.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -317,22 +319,29 @@ class HerReplayBuffer(ReplayBuffer):
                 f"buffer_size={self.relabeled.rows}: they overwrite the episode's real transitions at once, so the "
                 f"buffer keeps none. Raise buffer_size to at least {(self.n_sampled_goal + 1) * length} (issue 10)",
                 stacklevel=4)
-        # the episode once as it happened, stored first so that `random` can draw goals from it too; the reward
-        # function runs after that, so if it raises, the store and the generator are put back as they were (issue 10:
-        # cpprb's on_episode_end keeps the episode staged for a retry, which must not store it twice)
+        # The episode is stored once as it happened, then k relabeled copies of it. The reward function runs in
+        # between and may raise: the store and the generator must then be as they were (issue 10: cpprb's
+        # on_episode_end keeps the episode staged for a retry, which must not store it twice). So the copies are made
+        # first, except for `random`, which draws goals from the store with this episode in it: that one episode is
+        # stored first and taken back if relabeling fails.
+        real = GatheredRows(stage, flat).fields()
+        if not self.n_sampled_goal:
+            self.relabeled.extend(*real)
+            return
+        copies = np.concatenate([flat] * self.n_sampled_goal)
+        rows = GatheredRows(stage, copies)
+        from_store = self.goal_selection_strategy is GoalSelectionStrategy.RANDOM
         rng_state = self.rng.bit_generator.state
-        with self.relabeled.undo_extend_on_error(length):
-            self.relabeled.extend(*GatheredRows(stage, flat).fields())
-            if not self.n_sampled_goal:
-                return
-            # then k relabeled copies of it
-            copies = np.concatenate([flat] * self.n_sampled_goal)
-            rows = GatheredRows(stage, copies)
+        with self.relabeled.undo_extend_on_error(length) if from_store else contextlib.nullcontext():
             try:
+                if from_store:
+                    self.relabeled.extend(*real)
                 self._relabel(stage, copies, slice(None), rows)
             except BaseException:
                 self.rng.bit_generator.state = rng_state
                 raise
+        if not from_store:
+            self.relabeled.extend(*real)
         self.relabeled.extend(*rows.fields())
 
     # ------------------------------------------------------------------ sampling
