@@ -156,7 +156,8 @@ def _add_settings_flags(train: argparse.ArgumentParser) -> None:
     from herl.run.config import ALGOS
 
     train.add_argument("--algo", choices=ALGOS, help="algorithm (default: the preset's)")
-    train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0")
+    train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0 "
+                       "(with --resume: the run's own id, which confirms importing a module:Id env's module)")
     preset = train.add_mutually_exclusive_group()
     preset.add_argument("--preset", metavar="NAME", help="preset to use (default: the one for the env; see herl list)")
     preset.add_argument("--config", type=Path, metavar="FILE.toml",
@@ -225,15 +226,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from herl.run.train import find_seed_runs, read_config, resume_run, run_parallel
 
     if args.resume is not None:
-        start_only = {"--algo": args.algo, "--env": args.env, "--preset": args.preset, "--config": args.config,
+        start_only = {"--algo": args.algo, "--preset": args.preset, "--config": args.config,
                       "--workers": args.workers, "--n-envs": args.n_envs, "--her": args.her,
                       "--no-her": args.no_her or None, "--demos": args.demos, "--device": args.device,
                       "--threads": args.threads, "--run-dir": args.run_dir, "--set": args.set or None}
         given = [flag for flag, value in start_only.items() if value is not None]
         if given or args.seed != [0]:
             raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs, "
-                           f"--progress, --address and --cpus, not {', '.join(given) or '--seed'}")
+                           f"--progress, --address, --cpus and --env (to confirm its env), not {', '.join(given) or '--seed'}")
         runs = find_seed_runs(args.resume)
+        for run in runs:  # before any worker makes the env, which would import a module:Id env's module
+            env_id = read_config(run).env
+            if args.env is None:
+                _confirm_env_module(env_id, run)
+            elif args.env != env_id:
+                raise CLIError(f"{run} trains the env {env_id!r}; with --resume, --env only confirms that id "
+                               f"(--env {shlex.quote(env_id)}), it cannot change it")
         print(f"herl train: resuming {len(runs)} run(s) in {args.resume}", flush=True)
         jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress}) for run in runs]
         with _ray_for(args, max(read_config(run).workers for run in runs)):
@@ -459,7 +467,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _confirm_env_module(env_id: str, source: Path) -> None:
     """An env id ``module:Id`` read from a run's config.json imports ``module``, which runs its code: ask first (or,
-    without a terminal, refuse), unless the module is imported already or the user named the id with ``--env``."""
+    without a terminal, refuse), unless the module is imported already or the user named the id with ``--env``.
+    ``herl eval`` and ``herl train --resume`` both ask here (issue 10)."""
     import importlib.util
 
     module = env_id.rpartition(":")[0]

@@ -3,6 +3,7 @@ env ids that import code, and the small things (plot labels, quoting, suggestion
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -56,6 +57,43 @@ def test_a_signal_writes_a_checkpoint_and_says_how_to_resume(tmp_path: Path, sig
     assert herl("train", "--resume", tmp_path, "--timesteps", str(step + 100), "--progress", "off") == 0
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_sigterm_to_the_parent_of_parallel_seeds_reaches_every_worker(tmp_path: Path) -> None:
+    """``--jobs 2``: the signal goes to the parent only (as a scheduler or `kill PID` sends it); each worker writes its
+    checkpoint and stops, and the parent says where each seed resumes from."""
+    args = [*TINY, "--timesteps", "200000", "--set", "checkpoint.freq=100000", "--set", "eval.freq=0"]
+    process = subprocess.Popen([sys.executable, "-m", "herl", "train", *args, "--seed", "0", "1", "--jobs", "2",
+                                "--run-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    runs = [tmp_path / "seed_0", tmp_path / "seed_1"]
+    deadline = time.monotonic() + 600  # two spawned interpreters importing torch on a loaded machine
+    while not all((run / "progress.csv").exists() and (run / "progress.csv").stat().st_size > 200 for run in runs):
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        for run in runs:  # the workers have process groups of their own: stop them by the pid their lock names
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int((run / "train.pid").read_text()), signal.SIGKILL)
+        raise
+    # promptly: a few seconds on an idle machine (the limit leaves room for a loaded one, where a worker at the lowest
+    # priority gets a few percent of a core)
+    assert time.monotonic() - sent < 180
+    assert process.returncode == 130, err
+    for run in runs:
+        step = latest_checkpoint(run).step
+        assert step > 0  # written on the signal (checkpoint.freq is 100,000), not the one at step 0
+        assert f"{run}: resumes from step {step:,}" in err
+        fcntl = pytest.importorskip("fcntl")
+        with open(run / "train.pid") as lock:  # no worker holds its run any more: each one has exited
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert f"herl train --resume {tmp_path}" in err
+
+
 def test_an_explicit_buffer_size_is_kept_and_a_chosen_one_is_said(tmp_path: Path) -> None:
     assert herl("train", *TINY, "--timesteps", "100", "--set", "buffer_size=50000", "--run-dir", tmp_path / "a") == 0
     config = json.loads((tmp_path / "a" / "seed_0" / "config.json").read_text())
@@ -93,6 +131,14 @@ def test_a_truncated_checkpoint_falls_back_to_the_previous_one(finished: Path, t
     assert latest_checkpoint(run).step == 400
 
 
+def test_a_deleted_checkpoint_falls_back_to_the_previous_one(finished: Path, tmp_path: Path) -> None:
+    run = _copy(finished, tmp_path)
+    newest, previous = complete_checkpoints(run)[:2]
+    shutil.rmtree(newest.path)  # latest.json still names it
+    with pytest.warns(UserWarning, match=f"resuming from {previous.path.name}"):
+        assert latest_checkpoint(run) == previous
+
+
 def test_a_damaged_config_json_is_reported(finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = _copy(finished, tmp_path)
     for text in ["{", "[1, 2]", json.dumps({**json.loads((finished / "config.json").read_text()), "timesteps": "x"})]:
@@ -110,6 +156,35 @@ def test_eval_asks_before_importing_a_module_a_run_config_names(finished: Path, 
     err = capsys.readouterr().err
     assert "imports the Python module 'not_imported_yet_herl_test'" in err and "--env" in err
     assert "not_imported_yet_herl_test" not in sys.modules
+
+
+def test_resume_asks_before_importing_a_module_a_run_config_names(finished: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same question as eval's, on the same code path; --env with the run's own id is the scripted "yes"."""
+    run = _copy(finished, tmp_path)
+    (tmp_path / "herl_trust_probe.py").write_text("")  # an importable module that registers nothing
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env_id = "herl_trust_probe:herl/BitFlipping-v0"
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "env": env_id}))
+    assert herl("train", "--resume", run.parent, "--progress", "off") == 2  # no terminal to ask: refused
+    err = capsys.readouterr().err
+    assert "imports the Python module 'herl_trust_probe'" in err and f"--env {env_id}" in err
+    assert "herl_trust_probe" not in sys.modules
+    assert herl("train", "--resume", run, "--env", "herl/BitFlipping-v0", "--progress", "off") == 2
+    assert "--env only confirms that id" in capsys.readouterr().err
+    # at a terminal: asked, and the answer is honoured
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    answers = iter(["n", "y"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    assert herl("train", "--resume", run, "--progress", "off") == 2
+    assert herl("train", "--resume", run, "--timesteps", "400", "--progress", "off") == 0
+    assert latest_checkpoint(run).step == 400
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
+    sys.modules.pop("herl_trust_probe", None)
+    assert herl("train", "--resume", run, "--env", env_id, "--timesteps", "500", "--progress", "off") == 0
+    assert latest_checkpoint(run).step == 500
 
 
 @pytest.mark.parametrize(("setting", "message"), [
@@ -140,6 +215,14 @@ def test_plot_labels_may_follow_one_flag(finished: Path, tmp_path: Path) -> None
 def test_an_unknown_id_of_a_known_package_suggests_the_module_form(capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("check-env", "parking-v0") == 2
     assert "did you mean highway_env:parking-v0?" in capsys.readouterr().err
+
+
+def test_the_licence_is_an_spdx_string() -> None:
+    """setuptools deprecates the licence table and said so three times per `pip install` (PEP 639's string form)."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert not any("License ::" in c for c in project.get("classifiers", []))  # PEP 639 forbids both
 
 
 def test_printed_commands_are_shell_quoted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,9 @@ import os
 
 import numpy as np
 
-from herl import HerReplayBuffer, ReplayBuffer
+import pytest
+
+from herl import SAC, HerReplayBuffer, ReplayBuffer
 from herl.envs import BitFlippingEnv
 from herl.io import space_to_json, write_archive
 
@@ -87,3 +89,37 @@ def test_a_file_from_before_a_default_changed_keeps_its_behaviour(tmp_path):
                          noise=NoiseSettings(type="none"))
     (run_dir / "config.json").write_text(json.dumps(config.to_json()))
     assert read_config(run_dir).hyperparameters == {"learning_rate": 1e-3, "squash_eps": 0.0}
+
+
+def test_save_replay_buffer_writes_the_stored_rows_only(tmp_path):
+    env = BitFlippingEnv(n_bits=8, continuous=True)
+    model = SAC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, buffer_size=1_000_000, learning_starts=50,
+                batch_size=8, policy_kwargs=dict(net_arch=[8]), seed=0)
+    model.learn(60)
+    model.save_replay_buffer(tmp_path / "b.zip")
+    assert (tmp_path / "b.zip").stat().st_size < 100_000  # 60 rows, not a million
+    model.load_replay_buffer(tmp_path / "b.zip")
+    assert len(model.replay_buffer) == 60 and model.replay_buffer.storage.rows == 1_000_000
+
+
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX permissions")
+def test_model_and_buffer_files_are_fsynced_before_the_rename_with_new_file_permissions(tmp_path, monkeypatch):
+    """As checkpoints are: the bytes are on disk before the rename makes them the file, so a power cut leaves the old
+    file or the new one, never an empty one; and the file is readable as any new file is (not mkstemp's 0600)."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.fstat(fd).st_mode & 0o777)),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda src, dst: (events.append(("replace", os.path.basename(dst))),
+                                                         real_replace(src, dst))[1])
+    mask = os.umask(0o022)
+    try:
+        env = BitFlippingEnv(n_bits=4, continuous=True)
+        model = SAC("MultiInputPolicy", env, learning_starts=8, batch_size=8, policy_kwargs=dict(net_arch=[8]))
+        model.learn(10)
+        model.save(tmp_path / "m.zip")
+        model.save_replay_buffer(tmp_path / "b.zip")
+    finally:
+        os.umask(mask)
+    assert events == [("fsync", 0o644), ("replace", "m.zip"), ("fsync", 0o644), ("replace", "b.zip")]
+    assert all((tmp_path / name).stat().st_mode & 0o777 == 0o644 for name in ("m.zip", "b.zip"))

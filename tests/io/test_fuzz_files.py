@@ -285,6 +285,65 @@ def test_a_buffer_file_whose_bookkeeping_lies_is_refused_not_sampled_forever(fil
         buffer.sample(8)
 
 
+def _drop(name):
+    return lambda meta, arrays: meta.pop(name)
+
+
+def _set(*path_and_value):
+    *path, value = path_and_value
+
+    def mutate(meta, arrays):
+        for key in path[:-1]:
+            meta = meta[key]
+        meta[path[-1]] = value
+    return mutate
+
+
+@pytest.mark.parametrize(("mutate", "match"), [
+    (_drop("policy"), "lacks its 'policy' field"),
+    (_set("policy", 3), "'policy' field is a int"),
+    (_drop("algorithm"), "lacks its 'algorithm' field"),
+    (_set("algorithm", ["SAC"]), "'algorithm' field is a list"),
+    (_set("format_version", "1"), "format version '1'"),
+    (_set("counters", "num_timesteps", "12"), "counters must be whole numbers"),
+    (_set("rng_state", "state", "x"), r"random generator state \(rng_state\) is missing or damaged"),
+    (_drop("rng_state"), r"random generator state \(rng_state\) is missing or damaged"),
+    (_set("config", "learning_rate", float("inf")), "learning_rate=inf is not allowed"),
+    (_set("config", "train_freq", 0), "train_freq=.* is not allowed"),
+    (_set("policy_kwargs", "n_critics", 0), "n_critics=0 is not allowed"),
+    (_set("config", "verbose", 2), r"holds \['verbose'\], which are not SAC hyperparameters"),
+    (lambda meta, arrays: arrays.update({"nets/actor/net.layers.0.weight": np.zeros((3, 8), np.float32)}),
+     "do not fit a SAC with the saved settings"),
+], ids=["no policy", "policy int", "no algorithm", "algorithm list", "version string", "counters strings",
+        "rng state", "no rng state", "learning_rate inf", "train_freq 0", "n_critics 0", "verbose", "tensor shape"])
+def test_each_named_damage_to_a_model_file_is_refused_naming_the_field(files, tmp_path, mutate, match):
+    """The issue's list, one by one (the fuzz tests above draw them at random): each is an ArchiveError naming what
+    is wrong; hyperparameters are checked by the same rules as the constructor's (one validation path)."""
+    from herl.errors import ArchiveError
+
+    meta, arrays = _unpack(files["model.zip"])
+    mutate(meta, arrays)
+    path = tmp_path / "m.zip"
+    path.write_bytes(_pack(meta, arrays))
+    with pytest.raises(ArchiveError, match=match):
+        SAC.load(path, device="cpu")
+
+
+@pytest.mark.parametrize(("mutate", "match"), [
+    (lambda meta, arrays: arrays.update({"storage/counters": np.array([1.5, 2.0, 3.0])}), "counters"),
+    (_set("rng_state", "state", {"state": "x"}), r"random generator state \(rng_state\)"),
+    (_set("format_version", "2"), "format version '2'"),
+    (_set("config", "buffer_size", "200"), "buffer_size='200' is not allowed"),
+], ids=["counters floats", "rng state", "version string", "buffer_size string"])
+def test_each_named_damage_to_a_buffer_file_is_refused_naming_the_field(files, tmp_path, mutate, match):
+    meta, arrays = _unpack(files["her.zip"])
+    mutate(meta, arrays)
+    path = tmp_path / "b.zip"
+    path.write_bytes(_pack(meta, arrays))
+    with pytest.raises(HerlError, match=match):  # ArchiveError, or ConfigError for a setting (the constructor's rules)
+        HerReplayBuffer.load(path, env=BitFlippingEnv(n_bits=4, continuous=True))
+
+
 def _write(tmp_path: Path, data: bytes) -> Path:
     path = tmp_path / "valid.zip"
     path.write_bytes(data)

@@ -114,6 +114,28 @@ def test_a_non_finite_loss_stops_training_and_names_the_term():
         dqn.train_info()  # and at log time
 
 
+def test_a_non_finite_entropy_coefficient_is_named():
+    model = SAC("MultiInputPolicy", BitFlippingEnv(n_bits=4, continuous=True), seed=0, **SMALL)
+    model.learn(20)
+    with torch.no_grad():
+        model.log_ent_coef.fill_(float("nan"))
+    with pytest.raises(NonFiniteError, match="entropy coefficient"):
+        model.train(100)
+
+
+def test_predict_names_a_missing_key_and_the_expected_shape():
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    model = SAC("MultiInputPolicy", env, seed=0, **SMALL)
+    obs, _ = env.reset(seed=0)
+    with pytest.raises(ValueError, match="the observation lacks the key 'desired_goal'"):
+        model.predict({k: v for k, v in obs.items() if k != "desired_goal"})
+    with pytest.raises(ValueError, match=r"observation\['observation'\] has shape \(1, 5\).*expected numbers shaped \(4,\)"):
+        model.predict({**obs, "observation": np.zeros(5, np.float32)})
+    with pytest.raises(ValueError, match=r"observation\['desired_goal'\] has shape \(3, 4\).*batch of 2"):
+        model.predict({**{k: np.stack([v, v]) for k, v in obs.items()}, "desired_goal": np.zeros((3, 4), np.float32)})
+    model.predict({k: np.stack([v, v]) for k, v in obs.items()})  # a well-formed batch
+
+
 def test_nan_weights_are_caught_by_the_next_action_if_not_by_a_loss_first():
     model = _broken_sac()
     with pytest.raises(NonFiniteError, match="action of env 0"):
@@ -232,6 +254,50 @@ def test_cpprb_on_episode_end_failure_leaves_the_episode_staged_for_a_retry():
     failing.reward_func = lambda s, a, g: np.zeros(len(s))
     failing.on_episode_end([0.0, 0.0])
     assert failing.get_stored_size() == 5
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("strategy", ["future", "random"])
+@pytest.mark.parametrize("failure", ["raises", "nan"])
+def test_cpprb_reward_func_failing_on_the_relabeled_copies_leaves_the_buffer_as_it_was(failure, strategy, prioritized):
+    """reward_func is called twice at episode end: on the real goals, then on the relabeled ones, after the engine has
+    stored the real episode. A failure in the second call must undo that (store, priorities, generator), keep the
+    episode staged, and name reward_func; the retry then stores exactly what a run that never failed stores."""
+    def reward(s, a, g):
+        return -np.abs(s - g).sum(axis=1)
+
+    def failing(s, a, g):
+        if (g[:, 0] != 5.0).any():  # only the relabeled goals: the real call passes
+            if failure == "raises":
+                raise RuntimeError("user bug")
+            return np.full(len(s), np.nan)
+        return reward(s, a, g)
+
+    def run(fail_once):
+        buffer = _cpprb(strategy=strategy) if not prioritized else HindsightReplayBuffer(
+            100, {"obs": {"shape": 2}, "act": {"shape": 1}, "next_obs": {"shape": 2}}, max_episode_len=10, seed=0,
+            reward_func=reward, strategy=strategy)
+        buffer.reward_func = reward
+        for episode in range(3):
+            for t in range(4):
+                buffer.add(obs=[t, episode], act=[0.0], next_obs=[t + 1, episode])
+            if fail_once and episode == 2:
+                buffer.reward_func = failing
+                with pytest.raises((RuntimeError, NonFiniteError)) as caught:
+                    buffer.on_episode_end([5.0, 0.0])
+                assert "reward_func" in str(caught.value) + " ".join(getattr(caught.value, "__notes__", []))
+                assert "stays staged" in " ".join(caught.value.__notes__)
+                assert buffer.get_stored_size() == 2 * 4 * 5
+                buffer.reward_func = reward
+            buffer.on_episode_end([5.0, 0.0])
+        return buffer
+
+    expected, retried = run(False), run(True)
+    assert retried.get_stored_size() == expected.get_stored_size() == 3 * 4 * 5
+    # everything stored, and the next draw (the generator was put back too)
+    for got, want in [(retried.get_all_transitions(), expected.get_all_transitions()), (retried.sample(64), expected.sample(64))]:
+        for key, values in want.items():
+            np.testing.assert_array_equal(got[key], values, err_msg=key)
 
 
 @pytest.mark.parametrize("value", [2.5, "3", True])

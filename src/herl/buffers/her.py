@@ -10,6 +10,7 @@ is plain uniform replay over those copies.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
@@ -334,14 +335,29 @@ class HerReplayBuffer(ReplayBuffer):
                 f"buffer_size={self.relabeled.rows}: they overwrite the episode's real transitions at once, so the "
                 f"buffer keeps none. Raise buffer_size to at least {(self.n_sampled_goal + 1) * length} (issue 10)",
                 stacklevel=4)
-        # the episode once as it happened, stored first so that `random` can draw goals from it too
-        self.relabeled.extend(*GatheredRows(stage, flat).fields())
+        # The episode is stored once as it happened, then k relabeled copies of it. The reward function runs in
+        # between and may raise: the store and the generator must then be as they were (issue 10: cpprb's
+        # on_episode_end keeps the episode staged for a retry, which must not store it twice). So the copies are made
+        # first, except for `random`, which draws goals from the store with this episode in it: that one episode is
+        # stored first and taken back if relabeling fails.
+        real = GatheredRows(stage, flat).fields()
         if not self.n_sampled_goal:
+            self.relabeled.extend(*real)
             return
-        # then k relabeled copies of it
         copies = np.concatenate([flat] * self.n_sampled_goal)
         rows = GatheredRows(stage, copies)
-        self._relabel(stage, copies, slice(None), rows)
+        from_store = self.goal_selection_strategy is GoalSelectionStrategy.RANDOM
+        rng_state = self.rng.bit_generator.state
+        with self.relabeled.undo_extend_on_error(length) if from_store else contextlib.nullcontext():
+            try:
+                if from_store:
+                    self.relabeled.extend(*real)
+                self._relabel(stage, copies, slice(None), rows)
+            except BaseException:
+                self.rng.bit_generator.state = rng_state
+                raise
+        if not from_store:
+            self.relabeled.extend(*real)
         self.relabeled.extend(*rows.fields())
 
     # ------------------------------------------------------------------ demonstrations

@@ -78,6 +78,16 @@ class PriorityTree:
         self._pending.extend(slots)
         self._pending_live.extend([False] * len(slots))
 
+    def mark(self) -> int:
+        """A point to :meth:`rollback` to: the adds and removals queued so far."""
+        return len(self._pending)
+
+    def rollback(self, mark: int) -> None:
+        """Drop the adds and removals queued since :meth:`mark` (none may have been flushed in between)."""
+        if len(self._pending) < mark:
+            raise RuntimeError("the priority tree was flushed since mark(): its changes can no longer be rolled back")
+        del self._pending[mark:], self._pending_live[mark:]
+
     def flush(self) -> None:
         """Apply pending adds and removals; for a slot touched several times the last one wins."""
         if not self._pending:

@@ -520,11 +520,13 @@ class ReplayBuffer:
     @classmethod
     def _read(cls, path: str | os.PathLike):
         from herl.io import read_archive, space_from_json
+        from herl.io.archive import generator_state
 
         meta, arrays = read_archive(path, kind=cls.FILE_KIND, max_version=cls.FILE_VERSION)
         if meta.get("class") != cls.__name__:
             raise ArchiveError(f"{path} holds a {meta.get('class')}, not a {cls.__name__}: load it with "
                                f"{meta.get('class')}.load")
+        generator_state(path, meta)
         with _file_errors(path):
             config = meta.get("config")
             if not isinstance(config, dict):

@@ -27,8 +27,9 @@ of scanning the whole buffer for valid rows (what makes SB3's HER sampling ~1 ms
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -518,6 +519,33 @@ class EpisodeStorage:
         """``values`` as this storage keeps them (NumPy here; tensors on its device for the torch storage)."""
         return np.asarray(values, dtype=spec.dtype).reshape(-1, *spec.shape)
 
+    @contextlib.contextmanager
+    def undo_extend_on_error(self, n: int) -> Iterator[None]:
+        """Undo the :meth:`extend` of ``n`` rows made inside the block if the block then raises.
+
+        Offline relabeling stores an episode before computing its copies (``random`` draws goals from it too), and
+        the user's reward function runs in between: when it raises, the store must be as it was (issue 10). Only
+        the ``n`` rows about to be overwritten are copied, a small fraction of what the extends write.
+        """
+        rows = (self._row + np.arange(min(n, self.rows))) % self.rows  # one env: flat index == row
+        saved = (self.take_blocks(rows), self.episode_rows[rows].copy(), self.is_transition[rows].copy(),
+                 self.n_transitions, self._row, self.window)
+        mark = None if self.priorities is None else self.priorities.mark()
+        try:
+            yield
+        except BaseException:
+            blocks, episode_rows, is_transition, self.n_transitions, self._row, self.window = saved
+            for dtype, block in self._blocks.items():
+                self._put(block, rows, blocks[dtype])
+            self.episode_rows[rows] = episode_rows
+            self.is_transition[rows] = is_transition
+            if mark is not None:
+                self.priorities.rollback(mark)
+            raise
+
+    def _put(self, block, flat: np.ndarray, values) -> None:
+        block[flat] = values
+
     def clear(self) -> None:
         """Forget every episode (arrays keep their memory)."""
         self.is_transition[:] = False
@@ -646,8 +674,9 @@ class EpisodeStorage:
         live.update({f"next_state/{k}": v for k, v in self.next_states.items()} if not self.share_states else {})
         live.update({f"transition/{k}": v for k, v in self.transitions.items()})
         counters = arrays.get("counters")
-        if counters is None or counters.shape != (3,):
-            raise CorruptFileError("the saved buffer's counters are missing or misshapen: the file is damaged")
+        if counters is None or counters.shape != (3,) or counters.dtype.kind not in "iu" or (counters < 0).any():
+            raise CorruptFileError(f"the saved buffer's counters must be 3 whole numbers >= 0, got "
+                                   f"{None if counters is None else counters.tolist()}: the file is damaged")
         written = int(counters[2])  # the window: rows a file written with written_only holds
         arrays = dict(arrays)
         if "priority/leaves" in arrays and len(arrays["priority/leaves"]) == written * self.n_envs:
@@ -776,6 +805,9 @@ class TorchEpisodeStorage(EpisodeStorage):
 
     def _assign(self, target, source: np.ndarray) -> None:
         target.copy_(self._torch.from_numpy(np.ascontiguousarray(source)))
+
+    def _put(self, block, flat: np.ndarray, values) -> None:
+        block.index_copy_(0, self._torch.as_tensor(flat, device=self.device), values)
 
     def add(self, states, next_states, transitions, done, n_done=None) -> None:
         convert, fields = self._tensor, self.state_fields

@@ -197,7 +197,13 @@ class HindsightReplayBuffer:
         self._not_ended, self._ended = np.zeros(1, bool), np.ones(1, bool)
 
     def _compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: dict[str, np.ndarray]):
-        return self.reward_func(info["next_observation"], info["action"], desired_goal)
+        # checked here, so that a wrong result names the user's argument, reward_func, not the engine's compute_reward
+        try:
+            rewards = self.reward_func(info["next_observation"], info["action"], desired_goal)
+        except Exception as err:
+            err.add_note("raised by reward_func(next_state, action, goal), called with the relabeled goals")
+            raise
+        return goal_function_values(rewards, len(desired_goal), "reward_func")
 
     def _goals(self, states: np.ndarray) -> np.ndarray:
         goals = states if self.goal_func is None else self.goal_func(states)
@@ -267,9 +273,14 @@ class HindsightReplayBuffer:
                 raise NonFiniteError(f"the episode's {name} holds NaN or infinity: nothing was stored (the episode "
                                      "stays staged; clear() drops it)")
         try:
+            # the engine relabels at the episode's last step, calling reward_func again on the new goals; if that
+            # raises, it puts its main store back as it was
             self._store_episode(obs, next_obs, actions, rewards, length)
-        except BaseException:
+        except BaseException as err:
             self._engine.storage.clear()  # the staging area holds only this episode: drop its partial copy
+            if isinstance(err, Exception):
+                err.add_note("on_episode_end stored nothing: the episode stays staged, so a call with a fixed "
+                             "reward_func or goal stores it (clear() drops it)")
             raise
         self._episode_len = 0
 

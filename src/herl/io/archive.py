@@ -42,10 +42,10 @@ def write_archive(path: str | os.PathLike, *, kind: str, version: int, meta: dic
             with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED) as archive:
                 archive.writestr(META_NAME, json.dumps(header, indent=1))
                 archive.writestr(ARRAYS_NAME, tensors)
-            raw.flush()
-            os.fsync(raw.fileno())  # on disk before the rename makes it the file (a power cut, not only a crash)
             if hasattr(os, "fchmod"):  # mkstemp makes it private (0600): give it a new file's permissions
                 os.fchmod(raw.fileno(), 0o666 & ~_umask())
+            raw.flush()
+            os.fsync(raw.fileno())  # on disk before the rename makes it the file (a power cut, not only a crash)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -112,6 +112,18 @@ def read_archive(path: str | os.PathLike, *, kind: str, max_version: int) -> tup
     except Exception as err:  # safetensors raises its own error types for damaged headers
         raise ArchiveError(f"{path}: its {ARRAYS_NAME} is damaged ({err})") from err
     return header, arrays
+
+
+def generator_state(path: str | os.PathLike, meta: dict[str, Any], name: str = "rng_state") -> dict[str, Any]:
+    """``meta[name]``, a NumPy generator state, once a scratch generator has taken it: a damaged one is an
+    :class:`ArchiveError` naming the field, before anything is built from the file (issue 10)."""
+    state = meta.get(name)
+    try:
+        np.random.default_rng().bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as err:
+        raise ArchiveError(f"{path}: its random generator state ({name}) is missing or damaged "
+                           f"({type(err).__name__}: {err})") from None
+    return state
 
 
 def _check_member(path: Path, info: zipfile.ZipInfo) -> None:

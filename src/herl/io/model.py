@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from herl.io.archive import ArchiveError, read_archive, write_archive
+from herl.io.archive import ArchiveError, generator_state, read_archive, write_archive
 from herl.io.spaces import space_from_json, space_to_json
 
 MODEL_KIND = "model"
@@ -94,7 +94,7 @@ def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[di
     """``(meta, parameters)`` of a model file, parameters in :meth:`get_parameters`' form."""
     path = model_path(path, reading=True)
     meta, arrays = read_archive(path, kind=MODEL_KIND, max_version=MODEL_VERSION)
-    algorithm = meta.get("algorithm")
+    algorithm = _field(meta, "algorithm", str)
     if expected is not None and algorithm != expected:
         raise ArchiveError(f"{path} holds a {algorithm} model, not a {expected}: load it with {algorithm}.load")
     try:
@@ -137,9 +137,9 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
 
     path = model_path(path, reading=True)
     meta, arrays = read_archive(path, kind=MODEL_KIND, max_version=MODEL_VERSION)
-    algorithm = meta.get("algorithm")
+    algorithm = _field(meta, "algorithm", str)
     if cls.__name__ not in ALGORITHMS:  # OffPolicyAlgorithm.load: whichever algorithm the file holds
-        if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        if algorithm not in ALGORITHMS:
             raise ArchiveError(f"{path} holds an unknown algorithm {algorithm!r}: herl knows {sorted(ALGORITHMS)}")
         cls = ALGORITHMS[algorithm]
     _, params = read_model(path, expected=cls.__name__)
@@ -165,7 +165,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
         if not all(type(c) is int and c >= 0 for c in counts):
             raise ArchiveError(f"{path}: its counters must be whole numbers >= 0, got {counters!r}")
         policy = _field(meta, "policy", str)
-        rng_state = _field(meta, "rng_state", dict)
+        rng_state = generator_state(path, meta)
         _check_size(path, cls, kwargs["policy_kwargs"], obs_space, act_space, params)
         model = cls(policy, None, observation_space=obs_space, action_space=act_space, device=device, **kwargs)
     except ArchiveError:

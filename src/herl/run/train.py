@@ -17,7 +17,9 @@ import signal
 import sys
 import threading
 import time
+import concurrent.futures
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
@@ -204,19 +206,28 @@ class Stopped(Exception):
         self.step = step
 
 
+# In a --jobs worker process (None elsewhere): the stop signals it received, while training or not (starting up,
+# between runs). A run that starts after one (queued before the parent cancelled it) stops at its first rollout start;
+# see _init_worker.
+_worker_stop_signals: list[str] | None = None
+
+
 class StopOnSignal:
     """While installed, SIGTERM and SIGINT (Ctrl-C) ask training to stop at the next rollout start, where a checkpoint
     resumes exactly (within seconds: one rollout and its updates); a second signal stops at once (issue 10: a stopped
     run lost everything since its last checkpoint, silently)."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir, self.requested, self.signal_name = run_dir, False, ""
+        earlier = _worker_stop_signals or []
+        self.run_dir, self.requested, self.signal_name = run_dir, bool(earlier), "".join(earlier[:1])
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested, self.signal_name = True, signal.Signals(signum).name
+        if _worker_stop_signals is not None:
+            _worker_stop_signals.append(self.signal_name)
         print(f"\nherl train: {self.signal_name}: writing a checkpoint of {self.run_dir} at the next rollout start, "
               "then stopping (send it again to stop at once)", file=sys.stderr, flush=True)
 
@@ -532,14 +543,91 @@ def read_config(run_dir: Path) -> TrainConfig:
 
 
 def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list[RunSummary]:
-    """Call each ``(function, kwargs)``: one after another, or in ``n_workers`` processes."""
+    """Call each ``(function, kwargs)``: one after another, or in ``n_workers`` processes.
+
+    In processes, SIGTERM and SIGINT sent to this (the parent) process are passed on to the workers, which write a
+    checkpoint and stop as a single run does; runs not started yet are not started. Then :class:`Interrupted` says
+    where each run resumes from (issue 10: the workers of ``herl train --jobs`` never heard of a SIGTERM sent to it).
+    """
     if n_workers <= 1 or len(jobs) == 1:
         return [fn(**kwargs) for fn, kwargs in jobs]
     n_workers = min(n_workers, len(jobs))
     context = multiprocessing.get_context("spawn")  # fork after torch has started threads can deadlock
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=n_workers, mp_context=context, initializer=_init_worker) as pool, \
+            _ForwardSignals() as forward:
         futures = [pool.submit(fn, **kwargs, position=i) for i, (fn, kwargs) in enumerate(jobs)]
-        return [f.result() for f in futures]
+        pending = futures
+        while pending:  # waits in short slices: a signal handler runs between them
+            pending = list(concurrent.futures.wait(pending, timeout=0.5).not_done)
+            if forward.signal_name:
+                for future in pending:
+                    future.cancel()  # not started: leave it so
+        if not forward.signal_name:
+            return [f.result() for f in futures]
+        errors = [f.exception() for f in futures if not f.cancelled()]
+        bug = next((e for e in errors if e is not None and not isinstance(e, (KeyboardInterrupt, BrokenProcessPool))),
+                   None)
+        if bug is not None:
+            raise bug
+        raise Interrupted(_where_runs_resume(forward.signal_name, [kwargs["run_dir"] for _, kwargs in jobs]))
+
+
+def _init_worker() -> None:
+    """Start a ``--jobs`` worker process in its own process group, so that a terminal's Ctrl-C reaches only the parent,
+    which passes it on once (a worker that got it twice, from both, would stop at once without a checkpoint); and until
+    a run installs :class:`StopOnSignal`, remember a stop signal rather than die of it."""
+    global _worker_stop_signals
+    _worker_stop_signals = []
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, frame: _worker_stop_signals.append(signal.Signals(received).name))
+
+
+class _ForwardSignals:
+    """While installed in the parent of ``--jobs`` workers, pass SIGTERM and SIGINT on to them (each signal once: the
+    first asks for a checkpoint and a stop, a second for a stop at once)."""
+
+    def __init__(self) -> None:
+        self.signal_name = ""
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.signal_name:
+            self.signal_name = signal.Signals(signum).name
+            print(f"\nherl train: {self.signal_name}: every run writes a checkpoint and stops (send it again to stop "
+                  "at once)", file=sys.stderr, flush=True)
+        for child in multiprocessing.active_children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signum)
+
+    def __enter__(self) -> _ForwardSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _where_runs_resume(signal_name: str, run_dirs: list[Path]) -> str:
+    """The message of a ``--jobs`` run stopped by ``signal_name``: where each run resumes from, read from its folder."""
+    lines = []
+    for run_dir in map(Path, run_dirs):
+        checkpoint = latest_checkpoint(run_dir) if (run_dir / "checkpoints").is_dir() else None
+        if (run_dir / SUMMARY_FILE).exists():
+            where = "finished"
+        elif checkpoint is not None:
+            where = f"resumes from step {checkpoint.step:,}"
+        else:
+            where = "resumes from the start (no checkpoint yet)" if (run_dir / CONFIG_FILE).exists() else "not started"
+        lines.append(f"  {run_dir}: {where}")
+    parents = {Path(run_dir).parent for run_dir in run_dirs}
+    folder = parents.pop() if len(parents) == 1 else None
+    how = f"`herl train --resume {shlex.quote(str(folder))}`" if folder else "`herl train --resume RUN_DIR` for each"
+    return f"stopped by {signal_name}; continue with {how}:\n" + "\n".join(lines)
 
 
 def find_seed_runs(path: Path) -> list[Path]:
