@@ -119,3 +119,17 @@ def test_algorithm_policy_settings_reach_the_model_or_are_refused() -> None:
     assert config({"policy.renorm_warmup_steps": 5}, algo="crossq").policy.to_policy_kwargs()["renorm_warmup_steps"] == 5
     with pytest.raises(CLIError, match="unknown key 'top_quantiles_to_drop_per_net'"):
         config({"top_quantiles_to_drop_per_net": 1}, algo="sac")
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('algo = "sac"\nlearning_rate = inf\n', "learning_rate=inf"),
+    ('algo = "sac"\n[policy]\nnet_arch = 64\n', "net_arch=64"),
+    ('algo = "td3"\n[policy]\nn_critics = 0\n', "n_critics=0"),
+    ('algo = "sac"\ntrain_freq = 0\n', "train_freq"),
+])
+def test_a_preset_is_checked_by_the_rules_of_the_constructor_and_of_set(text: str, match: str) -> None:
+    """Issue 10: one validation path for the Python API, --set, presets and model files."""
+    preset = parse_preset("mine", text)
+    with pytest.raises(CLIError, match=match):
+        build_config(algo=preset.algo, env="herl/PointReach-v0", seed=0, goal_env=True, preset="mine",
+                     layers=preset.layers(preset.algo))

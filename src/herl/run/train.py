@@ -212,15 +212,36 @@ class Stopped(Exception):
 _worker_stop_signals: list[str] | None = None
 
 
-class StopOnSignal:
+class _OnStopSignals:
+    """A context that handles SIGTERM and SIGINT with ``_handle`` while it is entered (in the main thread only, the
+    one that may set handlers), and puts the previous handlers back after."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class StopOnSignal(_OnStopSignals):
     """While installed, SIGTERM and SIGINT (Ctrl-C) ask training to stop at the next rollout start, where a checkpoint
     resumes exactly (within seconds: one rollout and its updates); a second signal stops at once (issue 10: a stopped
     run lost everything since its last checkpoint, silently)."""
 
     def __init__(self, run_dir: Path) -> None:
+        super().__init__()
         earlier = _worker_stop_signals or []
         self.run_dir, self.requested, self.signal_name = run_dir, bool(earlier), "".join(earlier[:1])
-        self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
@@ -230,16 +251,6 @@ class StopOnSignal:
             _worker_stop_signals.append(self.signal_name)
         print(f"\nherl train: {self.signal_name}: writing a checkpoint of {self.run_dir} at the next rollout start, "
               "then stopping (send it again to stop at once)", file=sys.stderr, flush=True)
-
-    def __enter__(self) -> StopOnSignal:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 def _next_multiple(step: int, freq: int) -> int:
@@ -584,13 +595,13 @@ def _init_worker() -> None:
         signal.signal(signum, lambda received, frame: _worker_stop_signals.append(signal.Signals(received).name))
 
 
-class _ForwardSignals:
+class _ForwardSignals(_OnStopSignals):
     """While installed in the parent of ``--jobs`` workers, pass SIGTERM and SIGINT on to them (each signal once: the
     first asks for a checkpoint and a stop, a second for a stop at once)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.signal_name = ""
-        self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if not self.signal_name:
@@ -600,16 +611,6 @@ class _ForwardSignals:
         for child in multiprocessing.active_children():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signum)
-
-    def __enter__(self) -> _ForwardSignals:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 def _where_runs_resume(signal_name: str, run_dirs: list[Path]) -> str:
