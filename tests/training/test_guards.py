@@ -3,6 +3,8 @@ validation of every hyperparameter, through the Python API and the command line 
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -321,3 +323,22 @@ def test_an_offline_buffer_too_small_for_an_episodes_copies_warns():
             next_obs, reward, *_ = env.step(env.action_space.sample())
             buffer.add(obs, next_obs, np.zeros(4, np.float32), reward, terminated=False, truncated=t == 3)
             obs = next_obs
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("action", "abc", "action holds"),
+    ("reward", object(), "reward holds"),
+    ("observation", ["a", "b", "c", "d"], "obs['observation'] holds"),
+])
+def test_add_with_values_that_are_not_numbers_names_the_argument(field, value, named):
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    buffer = HerReplayBuffer(1000, env.observation_space, env.action_space, env=env, seed=0)
+    obs, _ = env.reset(seed=0)
+    args = dict(obs=obs, next_obs=obs, action=np.zeros(4, np.float32), reward=0.0)
+    if field == "observation":
+        args["obs"] = {**obs, "observation": value}
+    else:
+        args[field] = value
+    with pytest.raises(ValueError, match=rf"{re.escape(named)} .* not numbers: pass numeric arrays"):
+        buffer.add(args["obs"], args["next_obs"], args["action"], args["reward"], terminated=False, truncated=False)
+    assert len(buffer) == 0  # nothing stored
