@@ -40,6 +40,9 @@ INFO_PREFIX = "info/"
 DEFAULT_DEMO_BATCH_RATIO = 0.125
 """Nair et al. 2018 (arXiv:1709.10089) drew 128 of each 1024 transitions from the demonstrations."""
 DEMO_BATCH_RATIO = number(0.0, 1.0, high_open=True, note="the fraction of each batch drawn from the demonstrations")
+EPISODE_PRIORITIES = ("goal_motion",)
+GOAL_MOTION_SCALE = number(0.0, low_open=True, note="the achieved goal's path length (in its units) that earns the full weight")
+GOAL_MOTION_WEIGHT = number(0.0, note="the extra sampling weight of an episode whose achieved goal moved")
 
 
 def check_goal_space(observation_space: spaces.Space) -> None:
@@ -95,6 +98,14 @@ class HerReplayBuffer(ReplayBuffer):
             kept in a store of their own, never overwritten by new transitions, and relabeled as the rest.
         demo_batch_ratio: the fraction of each sampled batch drawn from the demonstrations (rounded down
             to whole rows; the batch's ``demo_mask`` says which rows they are), in [0, 1).
+        episode_priority: ``"goal_motion"`` draws whole episodes by how far their achieved goal moved, in the
+            spirit of energy-based prioritization (Zhao & Tresp 2018, arXiv:1810.01363): in FetchPush the
+            achieved goal is the block, and the rare episodes that move it are the ones relabeling learns from.
+            An episode's transitions are drawn with weight ``1 + goal_motion_weight * min(L / goal_motion_scale,
+            1)``, L the length of the achieved goal's path over the episode; a running episode has weight 1.
+            No importance weights (as in the paper). None (default): uniform.
+        goal_motion_scale: the path length that earns the full weight (0.05: Fetch's success radius, in metres).
+        goal_motion_weight: the extra weight of an episode whose achieved goal moved at least the scale.
         wrapped_env: SB3 < 1.6's name of ``env``, accepted as it.
         env_info: a name of older SB3 docs; only None is accepted (pass ``env=``).
 
@@ -134,6 +145,9 @@ class HerReplayBuffer(ReplayBuffer):
         storage_device: torch.device | str | None = None,
         demonstrations: Any = None,
         demo_batch_ratio: float = DEFAULT_DEMO_BATCH_RATIO,
+        episode_priority: str | None = None,
+        goal_motion_scale: float = 0.05,
+        goal_motion_weight: float = 10.0,
         wrapped_env: Any = None,
         env_info: Mapping[str, Any] | None = None,
         check_finite: bool = True,
@@ -141,6 +155,10 @@ class HerReplayBuffer(ReplayBuffer):
         env = _sb3_1x_arguments(buffer_size, env, wrapped_env, env_info)
         check(type(self).__name__, "demo_batch_ratio", demo_batch_ratio, DEMO_BATCH_RATIO)
         self.demo_batch_ratio = float(demo_batch_ratio)
+        self.episode_priority = _episode_priority(episode_priority, prioritized, online_sampling)
+        check(type(self).__name__, "goal_motion_scale", goal_motion_scale, GOAL_MOTION_SCALE)
+        check(type(self).__name__, "goal_motion_weight", goal_motion_weight, GOAL_MOTION_WEIGHT)
+        self.goal_motion_scale, self.goal_motion_weight = float(goal_motion_scale), float(goal_motion_weight)
         check_goal_space(observation_space)
         if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
             raise ValueError(f"n_sampled_goal must be an integer >= 0 (0 turns relabeling off), got {n_sampled_goal!r}")
@@ -186,8 +204,11 @@ class HerReplayBuffer(ReplayBuffer):
             if self.prioritized:  # priorities belong to the store that is sampled
                 self._attach_priorities(self.relabeled)
         self._stores_infos = self.copy_info_dict
-        if not self.online_sampling:
-            self._on_episode_end = self._relabel_ended_episodes
+        if self.episode_priority is not None:  # episode weights, drawn by the storage's sum tree
+            from herl.buffers.priority import PriorityTree
+
+            self.storage.priorities = PriorityTree(self.storage.rows * self.storage.n_envs, alpha=1.0)
+        self._on_episode_end = self._episode_end_hook()
         if self._compute_reward is not None:  # once, at the first episode's end (then the hook is as before)
             self._on_episode_end = self._check_first_episode
         self._probe_done = False
@@ -272,6 +293,24 @@ class HerReplayBuffer(ReplayBuffer):
             transitions[INFO_PREFIX + key] = _info_values(infos, key, self.n_envs)
 
     # ------------------------------------------------------------------ episodes
+    def _episode_end_hook(self) -> Callable[[], None] | None:
+        """What runs after an add that ended episodes: offline relabeling, episode weights, or nothing."""
+        if not self.online_sampling:
+            return self._relabel_ended_episodes
+        if self.episode_priority is not None:
+            return self._weigh_ended_episodes
+        return None
+
+    def _weigh_ended_episodes(self, envs: np.ndarray | None = None) -> None:
+        """``episode_priority="goal_motion"``: give each transition of the episodes just ended its episode's weight."""
+        storage = self.storage
+        for env_idx in np.flatnonzero(storage.open_start < 0) if envs is None else envs:
+            flat = self._last_episode(int(env_idx))
+            rows = GatheredRows(storage, flat)
+            path = to_numpy(rows.next_state("achieved_goal")) - to_numpy(rows.state("achieved_goal"))
+            length = float(np.linalg.norm(path.reshape(len(flat), -1).astype(np.float64), axis=1).sum())
+            storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(length / self.goal_motion_scale, 1.0))
+
     def _relabel_ended_episodes(self) -> None:
         """Offline HER, after an add that ended episodes: every env had one open during that add,
         so the envs with none open now are the ones that just ended."""
@@ -287,6 +326,8 @@ class HerReplayBuffer(ReplayBuffer):
         if not self.online_sampling:
             for env_idx in envs:
                 self._relabel_episode(env_idx)
+        elif self.episode_priority is not None:
+            self._weigh_ended_episodes(envs)
 
     def _last_episode(self, env_idx: int) -> np.ndarray:
         """Flat indices of the transitions of the episode ``env_idx`` just ended, in order."""
@@ -302,7 +343,7 @@ class HerReplayBuffer(ReplayBuffer):
         own custom env returns 0/-1 from step and 1/0 from compute_reward). This is the cheap part of
         ``herl check-env``, on data the buffer already holds: no env is stepped.
         """
-        self._on_episode_end = None if self.online_sampling else self._relabel_ended_episodes
+        self._on_episode_end = self._episode_end_hook()
         self._probe()
         flat = self._last_episode(int(np.flatnonzero(self.storage.open_start < 0)[0]))
         rows = GatheredRows(self.storage, flat)
@@ -520,6 +561,9 @@ class HerReplayBuffer(ReplayBuffer):
             "info_keys": self.info_keys,
             "reward_context": list(self.reward_context),
             "demo_batch_ratio": self.demo_batch_ratio,
+            "episode_priority": self.episode_priority,
+            "goal_motion_scale": self.goal_motion_scale,
+            "goal_motion_weight": self.goal_motion_weight,
             "demo_rows": 0 if self.demo_storage is None else self.demo_storage.rows,
         }
 
@@ -575,6 +619,8 @@ class HerReplayBuffer(ReplayBuffer):
         "online_sampling": BOOL, "max_episode_length": POSITIVE_INT,
         "info_keys": None, "reward_context": None,  # lists of names, checked by the constructor
         "demo_batch_ratio": DEMO_BATCH_RATIO, "demo_rows": NON_NEGATIVE_INT,
+        "episode_priority": None,  # checked by the constructor
+        "goal_motion_scale": GOAL_MOTION_SCALE, "goal_motion_weight": GOAL_MOTION_WEIGHT,
     }
 
     @classmethod
@@ -584,6 +630,18 @@ class HerReplayBuffer(ReplayBuffer):
             return {**super()._file_shapes(config), **demos}
         return {"storage": (config.get("max_episode_length", DEFAULT_MAX_EPISODE_LENGTH) + 1, config.get("n_envs", 1)),
                 "relabeled": (max(config.get("buffer_size", 1), 1), 1)}
+
+
+def _episode_priority(value: Any, prioritized: bool, online_sampling: bool) -> str | None:
+    if value is None or value == "none":
+        return None
+    if value not in EPISODE_PRIORITIES:
+        raise ValueError(f"episode_priority must be None or one of {list(EPISODE_PRIORITIES)}, got {value!r}")
+    if prioritized:
+        raise ValueError("episode_priority and prioritized=True both set how transitions are drawn: pass one of them")
+    if not online_sampling:
+        raise ValueError("episode_priority weighs the episodes of online relabeling: it needs online_sampling=True")
+    return str(value)
 
 
 def _sb3_1x_arguments(buffer_size: Any, env: Any, wrapped_env: Any, env_info: Any) -> Any:
