@@ -200,3 +200,69 @@ def test_workers_reach_the_success_of_training_without_them(local_ray, tmp_path:
     assert alone["final_success"] >= 0.9
     assert workers["final_success"] >= 0.9
     assert workers["steps"] >= 2000
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# evaluations on the actors
+
+
+def test_evaluation_shares_split_the_episodes_evenly_with_a_seed_each() -> None:
+    from herl.distributed.workers import evaluation_shares
+
+    for n, actors in [(50, 2), (50, 3), (7, 4), (2, 5), (1, 1)]:
+        shares = evaluation_shares(n, actors, seed=123)
+        counts = [k for k, _ in shares]
+        assert sum(counts) == n and max(counts) - min(counts) <= 1 and min(counts) >= 1
+        assert len(shares) == min(n, actors)
+        assert len({s for _, s in shares}) == len(shares)  # each actor its own env seed
+        assert shares == evaluation_shares(n, actors, seed=123)
+    assert evaluation_shares(10, 2, seed=1) != evaluation_shares(10, 2, seed=2)
+
+
+def test_an_actor_evaluates_as_the_learner_would_with_the_same_weights_and_seed(local_ray) -> None:
+    from herl import DQN
+    from herl.distributed.workers import Collector, acting_spec, acting_weights
+    from herl.run.envs import make_env
+    from herl.training.evaluation import evaluate_policy
+
+    env = make_env("herl/BitFlipping-v0", {"n_bits": 4})
+    model = DQN("MultiInputPolicy", env, learning_starts=50, policy_kwargs=dict(net_arch=[32]), seed=3)
+    model.learn(300)  # weights that differ from a fresh actor's
+    actor = local_ray.remote(num_cpus=1)(Collector).remote("herl/BitFlipping-v0", {"n_bits": 4}, acting_spec(model), 0)
+    remote = local_ray.get(actor.evaluate.remote(acting_weights(model), 1, 12, True, 77))
+    local = evaluate_policy(model, make_env("herl/BitFlipping-v0", {"n_bits": 4}), n_eval_episodes=12,
+                            deterministic=True, return_episode_rewards=True, return_success_rate=True, seed=77)
+    assert remote == tuple([type(x)(v) for v in part] for part, x in zip(local, (1.0, 1, True)))
+    local_ray.kill(actor)
+
+
+def test_evaluations_during_training_run_on_the_actors(local_ray, tmp_path: Path, monkeypatch) -> None:
+    from herl.run.train import RunCallback
+
+    calls: list[tuple[int, int]] = []
+    use = RunCallback.use_remote_evaluate
+
+    def spy(self, evaluate):
+        if evaluate is None:
+            return use(self, None)
+
+        def counted(n, deterministic, seed):
+            result = evaluate(n, deterministic, seed)
+            calls.append((self.model.num_timesteps, len(result[0])))
+            return result
+        return use(self, counted)
+
+    monkeypatch.setattr(RunCallback, "use_remote_evaluate", spy)
+    assert herl("train", *BITS, "--timesteps", "900", "--set", "eval.freq=300", "--set", "eval.episodes=7",
+                "--workers", "2", "--set", "eval.on_workers=true", "--progress", "off", "--run-dir", tmp_path) == 0
+    evaluated = [int(r["time/total_timesteps"]) for r in _rows(tmp_path / "seed_0" / "progress.csv")
+                 if r.get("eval/success_rate")]
+    # the evaluations between the first step and the last ran on the actors, 7 episodes each
+    assert [n for _, n in calls] == [7] * len(calls) and len(calls) >= 2
+    assert {step for step, _ in calls} <= set(evaluated)
+    assert evaluated[0] == 0 and evaluated[-1] >= 900
+
+
+def test_evaluations_on_workers_need_workers(capsys: pytest.CaptureFixture) -> None:
+    assert herl("train", *BITS, "--timesteps", "100", "--set", "eval.on_workers=true", "--progress", "off") == 2
+    assert "give workers >= 1" in capsys.readouterr().err

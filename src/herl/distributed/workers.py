@@ -12,6 +12,9 @@ episodes to the learner, which stores them in its (HER) replay buffer and keeps 
   update per step for ``gradient_steps=-1``): the learner updates while the stored data allows more updates, and
   waits for episodes only when it has caught up. So the same settings give the same number of updates per env
   step as without workers; what changes is the policy lag, and the wall-clock time when collection was the cost.
+- Evaluations can run on the actors too (``eval_hook``; ``eval.on_workers`` in a run): the episodes are split
+  among them, each actor plays its share on an env of its own, seeded from the evaluation's seed and the actor's
+  index, with the learner's newest weights.
 - Episodes are added to the buffer step by step through its ``add`` (the path the single-process loop uses), one
   whole episode at a time, so HER's episode bookkeeping is the same as with one env.
 """
@@ -19,6 +22,7 @@ episodes to the learner, which stores them in its (HER) replay buffer and keeps 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -80,7 +84,9 @@ class Collector:
         from herl.training.noise import noise_from_json
 
         torch.set_num_threads(1)  # one core per actor: acting is a small forward pass
+        self.env_id, self.env_kwargs = env_id, env_kwargs
         self.env = make_env(env_id, env_kwargs)
+        self.eval_env: Any = None
         self.model = ALGORITHMS[spec["algorithm"]](
             spec["policy"], None, observation_space=space_from_json(spec["observation_space"]),
             action_space=space_from_json(spec["action_space"]), policy_kwargs=spec["policy_kwargs"],
@@ -94,10 +100,7 @@ class Collector:
         """Play one episode with the given weights, exploring as the learner at ``num_timesteps`` would."""
         start = time.perf_counter()
         model = self.model
-        if version != self.version:
-            for name, state in weights.items():
-                model.nets[name].load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
-            self.version = version
+        self._load(weights, version)
         model.num_timesteps, model._total_timesteps = num_timesteps, total_timesteps
         if model.action_noise is not None:
             model.action_noise.reset()
@@ -114,6 +117,27 @@ class Collector:
         return Episode(self._stack(observations), self._stack(next_observations), np.stack(actions),
                        np.asarray(rewards, dtype=np.float32), np.asarray(terminated), np.asarray(truncated),
                        list(infos), time.perf_counter() - start)
+
+    def evaluate(self, weights: dict[str, dict[str, np.ndarray]], version: int, n_episodes: int, deterministic: bool,
+                 seed: int) -> tuple[list[float], list[int], list[bool]]:
+        """Play ``n_episodes`` evaluation episodes on an env of their own (the training env's episode is untouched);
+        returns each episode's reward, length and success."""
+        from herl.run.envs import make_env
+        from herl.training.evaluation import evaluate_policy
+
+        self._load(weights, version)
+        if self.eval_env is None:
+            self.eval_env = make_env(self.env_id, self.env_kwargs)
+        rewards, lengths, successes = evaluate_policy(
+            self.model, self.eval_env, n_eval_episodes=n_episodes, deterministic=deterministic,
+            return_episode_rewards=True, return_success_rate=True, seed=seed)
+        return [float(r) for r in rewards], [int(n) for n in lengths], [bool(x) for x in successes]
+
+    def _load(self, weights: dict[str, dict[str, np.ndarray]], version: int) -> None:
+        if version != self.version:
+            for name, state in weights.items():
+                self.model.nets[name].load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+            self.version = version
 
     def _batch(self, obs: Any) -> Any:
         return {k: np.asarray(v)[None] for k, v in obs.items()} if self.dict_obs else np.asarray(obs)[None]
@@ -156,6 +180,19 @@ class WorkerStats:
     """The learner's time waiting for an episode with no update due (collection was the bottleneck)."""
 
 
+def evaluation_shares(n_episodes: int, n_actors: int, seed: int) -> list[tuple[int, int]]:
+    """``(episodes, seed)`` of each actor for an evaluation of ``n_episodes``: as even as possible (the first actors
+    one more), each actor's env seeded from ``seed`` and its index; actors with no episode are left out."""
+    seeds = np.random.SeedSequence([seed, n_actors]).generate_state(n_actors)
+    shares = [(n_episodes + n_actors - 1 - i) // n_actors for i in range(n_actors)]
+    return [(n, int(s)) for n, s in zip(shares, seeds) if n]
+
+
+EvalHook = Callable[[Callable[[int, bool, int], tuple[list[float], list[int], list[bool]]] | None], None]
+"""Called with ``evaluate(n_episodes, deterministic, seed) -> (rewards, lengths, successes)`` once the actors are up,
+and with None when they are gone."""
+
+
 class UpdateBudget:
     """Updates the stored data allows, at the single-process update-to-data ratio (see the module's docstring).
 
@@ -181,11 +218,12 @@ class UpdateBudget:
 def learn(model: Any, total_timesteps: int, *, env_id: str, env_kwargs: dict[str, Any] | None = None,
           workers: int, broadcast_every: int = 50, callback: Any = None, log_interval: int | None = 4,
           reset_num_timesteps: bool = True, address: str | None = None, cpus: int | None = None,
-          stats: WorkerStats | None = None) -> Any:
+          stats: WorkerStats | None = None, eval_hook: EvalHook | None = None) -> Any:
     """``model.learn(total_timesteps)`` with ``workers`` Ray actors collecting episodes of ``env_id`` (made with
     ``env_kwargs`` in each actor). Uses the Ray already initialized in this process, else connects to ``address``
     or starts a local Ray (``cpus``). Each actor takes one CPU. ``stats``, if given, is filled with where the time
-    went. Returns the model."""
+    went. ``eval_hook``, if given, receives a function that plays evaluation episodes on the actors (see
+    :data:`EvalHook`); a callback can evaluate with it. Returns the model."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1 here (0 is model.learn), got {workers}")
     if model.n_envs != 1:
@@ -197,12 +235,13 @@ def learn(model: Any, total_timesteps: int, *, env_id: str, env_kwargs: dict[str
                            f"fewer workers, or give Ray more CPUs (--cpus, or a cluster with --address)")
         return _learn(ray, model, total_timesteps, env_id=env_id, env_kwargs=dict(env_kwargs or {}), workers=workers,
                       broadcast_every=broadcast_every, callback=callback, log_interval=log_interval,
-                      reset_num_timesteps=reset_num_timesteps, stats=stats if stats is not None else WorkerStats())
+                      reset_num_timesteps=reset_num_timesteps, stats=stats if stats is not None else WorkerStats(),
+                      eval_hook=eval_hook)
 
 
 def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwargs: dict[str, Any], workers: int,
            broadcast_every: int, callback: Any, log_interval: int | None, reset_num_timesteps: bool,
-           stats: WorkerStats) -> Any:
+           stats: WorkerStats, eval_hook: EvalHook | None) -> Any:
     # The learner's own env is reset once and never stepped: the HER buffer takes its compute_reward from it, and
     # a checkpoint records it like any other (its running episode is empty).
     callback, state, start = loop.begin(model, total_timesteps, callback=callback, log_interval=log_interval,
@@ -216,6 +255,19 @@ def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwarg
     version, weights = 0, ray.put(acting_weights(model))
     last_broadcast = model._n_updates
     pending = {actor.episode.remote(weights, version, model.num_timesteps, total): actor for actor in actors}
+
+    def evaluate(n_episodes: int, deterministic: bool, seed: int) -> tuple[list[float], list[int], list[bool]]:
+        nonlocal version, weights, last_broadcast
+        if model._n_updates != last_broadcast:  # evaluate the newest weights
+            version, weights = version + 1, ray.put(acting_weights(model))
+            last_broadcast = model._n_updates
+        shares = evaluation_shares(n_episodes, len(actors), seed)
+        parts = ray.get([actor.evaluate.remote(weights, version, n, deterministic, s)
+                         for actor, (n, s) in zip(actors, shares)])
+        return tuple([x for part in parts for x in part[i]] for i in range(3))  # type: ignore[return-value]
+
+    if eval_hook is not None:
+        eval_hook(evaluate)
     try:
         while model.num_timesteps < total:
             callback.on_rollout_start()  # evaluations and checkpoints happen here, between whole episodes
@@ -257,6 +309,8 @@ def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwarg
                     stats.broadcasts += 1
                     stats.broadcast_seconds += time.perf_counter() - tic
     finally:
+        if eval_hook is not None:
+            eval_hook(None)
         for actor in actors:
             ray.kill(actor)
     callback.on_training_end()

@@ -10,7 +10,7 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
   ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
-- ``eval.freq``, ``eval.episodes``, ``eval.deterministic``; ``checkpoint.freq``, ``checkpoint.keep``;
+- ``eval.freq``, ``eval.episodes``, ``eval.deterministic``, ``eval.on_workers``; ``checkpoint.freq``, ``checkpoint.keep``;
 - ``demos.path`` (``--demos``), ``demos.batch_ratio``: demonstrations in the HER buffer (``bc_loss_weight`` weighs the
   behaviour-cloning loss on them).
 
@@ -112,6 +112,9 @@ class EvalSettings:
     """Episodes per evaluation."""
     deterministic: bool = True
     """Act with the deterministic policy."""
+    on_workers: bool = False
+    """With ``workers``: play the evaluation episodes on the Ray actors, split among them, instead of in the learner
+    (the evaluations before the first step and after the last stay in the learner: the actors are not up then)."""
 
 
 @dataclass(frozen=True)
@@ -397,7 +400,7 @@ def validate_config(config: TrainConfig) -> None:
              ("workers", config.workers, NON_NEGATIVE_INT), ("broadcast_every", config.broadcast_every, POSITIVE_INT),
              ("noise.type", config.noise.type, one_of(*NOISE_TYPES[1:])), ("noise.sigma", config.noise.sigma, number(0.0)),
              ("eval.freq", config.eval.freq, NON_NEGATIVE_INT), ("eval.episodes", config.eval.episodes, POSITIVE_INT),
-             ("eval.deterministic", config.eval.deterministic, BOOL),
+             ("eval.deterministic", config.eval.deterministic, BOOL), ("eval.on_workers", config.eval.on_workers, BOOL),
              ("checkpoint.freq", config.checkpoint.freq, NON_NEGATIVE_INT),
              ("checkpoint.keep", config.checkpoint.keep, POSITIVE_INT)]
     if config.her is not None:
@@ -422,6 +425,9 @@ def validate_config(config: TrainConfig) -> None:
         if config.workers and config.n_envs != 1:
             raise CLIError(f"with workers, each worker steps one env: use n_envs=1 (got {config.n_envs}) and more "
                            "workers")
+        if config.eval.on_workers and not config.workers:
+            raise CLIError("eval.on_workers plays the evaluations on the Ray actors of --workers N: give workers >= 1, "
+                           "or leave eval.on_workers off to evaluate in the training process")
         if not isinstance(config.device, str):
             raise CLIError(f"device must be a torch device name such as auto, cpu or cuda, got {config.device!r}")
     except ConfigError as err:

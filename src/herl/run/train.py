@@ -137,6 +137,11 @@ class RunCallback(BaseCallback):
         self.history = history  # (step, success rate, mean reward) of every evaluation, resumed runs' included
         self._next_eval = self._next_checkpoint = 0
         self.stop: StopOnSignal | None = None
+        self.remote_evaluate: Callable[[int, bool, int], tuple[list[float], list[int], list[bool]]] | None = None
+        """With ``eval.on_workers``: plays evaluation episodes on the Ray actors while they are up (set by them)."""
+
+    def use_remote_evaluate(self, evaluate: Callable[[int, bool, int], Any] | None) -> None:
+        self.remote_evaluate = evaluate
 
     @property
     def run_logger(self) -> RunLogger:
@@ -171,11 +176,15 @@ class RunCallback(BaseCallback):
 
         step = self.model.num_timesteps
         seed = int(np.random.SeedSequence([self.config.seed, step]).generate_state(1)[0])
-        rewards, lengths, successes = evaluate_policy(
-            self.model, self.eval_env, n_eval_episodes=self.config.eval.episodes,
-            deterministic=self.config.eval.deterministic, return_episode_rewards=True, return_success_rate=True,
-            seed=seed,
-        )
+        if self.remote_evaluate is not None:
+            rewards, lengths, successes = self.remote_evaluate(self.config.eval.episodes,
+                                                               self.config.eval.deterministic, seed)
+        else:
+            rewards, lengths, successes = evaluate_policy(
+                self.model, self.eval_env, n_eval_episodes=self.config.eval.episodes,
+                deterministic=self.config.eval.deterministic, return_episode_rewards=True, return_success_rate=True,
+                seed=seed,
+            )
         success = float(np.mean(successes)) if successes else None
         logger = self.run_logger
         logger.record("eval/mean_reward", float(np.mean(rewards)))
@@ -341,7 +350,7 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
         with StopOnSignal(run_dir) as stop:
             callback.stop = stop
             try:
-                _learner(model, config)(config.timesteps - model.num_timesteps, callback=callback,
+                _learner(model, config, callback)(config.timesteps - model.num_timesteps, callback=callback,
                                         log_interval=config.log_interval, reset_num_timesteps=fresh)
             except Stopped as stopped:
                 raise Interrupted(f"stopped by {stop.signal_name} at step {stopped.step:,}; a checkpoint was written: "
@@ -365,7 +374,7 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
     return summary
 
 
-def _learner(model: Any, config: TrainConfig) -> Any:
+def _learner(model: Any, config: TrainConfig, callback: RunCallback) -> Any:
     """``model.learn``, or with ``config.workers`` the learner fed by Ray actors (the one place Ray is imported,
     and only then: a run without workers never imports it)."""
     if not config.workers:
@@ -375,7 +384,8 @@ def _learner(model: Any, config: TrainConfig) -> Any:
     from herl.distributed.workers import learn
 
     return functools.partial(learn, model, env_id=config.env, env_kwargs=dict(config.env_kwargs),
-                             workers=config.workers, broadcast_every=config.broadcast_every)
+                             workers=config.workers, broadcast_every=config.broadcast_every,
+                             eval_hook=callback.use_remote_evaluate if config.eval.on_workers else None)
 
 
 def _eval_history(run_dir: Path) -> list[tuple[int, float | None, float]]:
