@@ -140,3 +140,21 @@ def test_save_and_load_keep_the_weights_and_continue_identically(tmp_path):
 def test_bad_settings_are_refused_with_the_fix(kwargs, words):
     with pytest.raises(ValueError, match=words):
         make(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"episode_priority": None}, {"episode_priority": None, "online_sampling": False}])
+def test_goal_moved_share_counts_the_last_hundred_episodes_that_moved_their_goal(kwargs):
+    buffer = make(buffer_size=20_000, **kwargs)
+    assert buffer.goal_moved_share is None
+    for episode in range(4):
+        play(buffer, 0.01 if episode == 1 else 0.0, episode=episode)
+    assert buffer.goal_moved_share == 0.25
+    play(buffer, 0.0005, episode=4)  # 5 mm in all: moved
+    play(buffer, 0.00005, episode=5)  # 0.5 mm: below the threshold
+    assert buffer.goal_moved_share == pytest.approx(2 / 6)
+    for episode in range(100):  # only the last 100 count
+        play(buffer, 0.0, episode=6 + episode)
+    assert buffer.goal_moved_share == 0.0
+    play(buffer, 0.01, episode=200, end=False)
+    buffer.truncate_last_trajectory()  # an episode closed by truncation counts too
+    assert buffer.goal_moved_share == 0.01

@@ -16,10 +16,11 @@ def test_numbers_describe_the_buffer_and_critics():
     model = SAC("MultiInputPolicy", PointReachEnv(), replay_buffer_class=HerReplayBuffer, **SMALL)
     model.learn(300)
     out = replay_diagnostics(model)
-    assert set(out) == {f"diagnostics/{k}" for k in ("reward0_share", "goal_moves_share", "q_mean", "q_min", "q_max",
-                                                    "q_bound", "obs_std_min", "obs_std_max")}
+    assert set(out) == {f"diagnostics/{k}" for k in ("reward0_share", "goal_moves_share", "goal_moved_episodes", "q_mean",
+                                                    "q_min", "q_max", "q_bound", "obs_std_min", "obs_std_max")}
     assert 0 < out["diagnostics/reward0_share"] < 1
     assert out["diagnostics/goal_moves_share"] > 0.9  # the point moves with (almost) every random action
+    assert out["diagnostics/goal_moved_episodes"] == 1.0  # and no episode ends where it started
     assert out["diagnostics/q_min"] <= out["diagnostics/q_mean"] <= out["diagnostics/q_max"]
     assert out["diagnostics/q_bound"] == -1 / (1 - model.config.gamma)
     std = model.encoder.normalizer.std
@@ -35,6 +36,7 @@ def test_a_goal_that_never_moves_shows_as_zero():
     model.learn(120)
     out = replay_diagnostics(model)
     assert out["diagnostics/goal_moves_share"] == 0.0
+    assert out["diagnostics/goal_moved_episodes"] == 0.0
     assert out["diagnostics/reward0_share"] > 0.7  # every relabeled goal is where the point already is
 
 

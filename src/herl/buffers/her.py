@@ -10,6 +10,7 @@ is plain uniform replay over those copies.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
@@ -42,6 +43,8 @@ DEFAULT_DEMO_BATCH_RATIO = 0.125
 DEMO_BATCH_RATIO = number(0.0, 1.0, high_open=True, note="the fraction of each batch drawn from the demonstrations")
 EPISODE_PRIORITIES = ("goal_motion",)
 GOAL_MOTION_SCALE = number(0.0, low_open=True, note="the achieved goal's path length (in its units) that earns the full weight")
+GOAL_MOVED = 1e-3
+"""An episode "moved its achieved goal" when it ended more than this (in any coordinate) from where it started."""
 GOAL_MOTION_WEIGHT = number(0.0, note="the extra sampling weight of an episode whose achieved goal moved")
 
 
@@ -208,6 +211,7 @@ class HerReplayBuffer(ReplayBuffer):
             from herl.buffers.priority import PriorityTree
 
             self.storage.priorities = PriorityTree(self.storage.rows * self.storage.n_envs, alpha=1.0)
+        self._goal_moved: collections.deque[bool] = collections.deque(maxlen=100)
         self._on_episode_end = self._episode_end_hook()
         if self._compute_reward is not None:  # once, at the first episode's end (then the hook is as before)
             self._on_episode_end = self._check_first_episode
@@ -293,29 +297,39 @@ class HerReplayBuffer(ReplayBuffer):
             transitions[INFO_PREFIX + key] = _info_values(infos, key, self.n_envs)
 
     # ------------------------------------------------------------------ episodes
-    def _episode_end_hook(self) -> Callable[[], None] | None:
-        """What runs after an add that ended episodes: offline relabeling, episode weights, or nothing."""
-        if not self.online_sampling:
-            return self._relabel_ended_episodes
-        if self.episode_priority is not None:
-            return self._weigh_ended_episodes
-        return None
+    def _episode_end_hook(self) -> Callable[[], None]:
+        """What runs after an add that ended episodes (once the first episode's check is done)."""
+        return self._episodes_ended
 
-    def _weigh_ended_episodes(self, envs: np.ndarray | None = None) -> None:
-        """``episode_priority="goal_motion"``: give each transition of the episodes just ended its episode's weight."""
+    def _episodes_ended(self, envs: np.ndarray | None = None) -> None:
+        """After episodes ended: note whether each moved its achieved goal (:attr:`goal_moved_share`), then
+        relabel them (offline) or give their transitions their weight (``episode_priority="goal_motion"``). Without
+        ``envs``: after an add, every env had an episode open during it, so those with none open now just ended."""
         storage = self.storage
         for env_idx in np.flatnonzero(storage.open_start < 0) if envs is None else envs:
             flat = self._last_episode(int(env_idx))
-            rows = GatheredRows(storage, flat)
-            path = to_numpy(rows.next_state("achieved_goal")) - to_numpy(rows.state("achieved_goal"))
-            length = float(np.linalg.norm(path.reshape(len(flat), -1).astype(np.float64), axis=1).sum())
-            storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(length / self.goal_motion_scale, 1.0))
+            if not len(flat):
+                continue
+            if self.episode_priority is not None:
+                rows = GatheredRows(storage, flat)
+                achieved, reached = to_numpy(rows.state("achieved_goal")), to_numpy(rows.next_state("achieved_goal"))
+                steps = (reached - achieved).reshape(len(flat), -1).astype(np.float64)
+                length = float(np.linalg.norm(steps, axis=1).sum())
+                storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(length / self.goal_motion_scale, 1.0))
+                start, end = achieved[0], reached[-1]
+            else:
+                ends = GatheredRows(storage, flat[[0, -1]])
+                start, end = to_numpy(ends.state("achieved_goal"))[0], to_numpy(ends.next_state("achieved_goal"))[1]
+            self._goal_moved.append(bool(np.abs(np.asarray(end, np.float64) - start).max() > GOAL_MOVED))
+            if not self.online_sampling:
+                self._relabel_episode(int(env_idx))
 
-    def _relabel_ended_episodes(self) -> None:
-        """Offline HER, after an add that ended episodes: every env had one open during that add,
-        so the envs with none open now are the ones that just ended."""
-        for env_idx in np.flatnonzero(self.storage.open_start < 0):
-            self._relabel_episode(env_idx)
+    @property
+    def goal_moved_share(self) -> float | None:
+        """Share of the last 100 episodes stored whose achieved goal ended more than 1e-3 (in any coordinate) from
+        where it started (for FetchPush: episodes that moved the block); None before the first episode ends. Kept
+        since the buffer was built or loaded (not saved)."""
+        return float(np.mean(self._goal_moved)) if self._goal_moved else None
 
     def truncate_last_trajectory(self) -> None:
         """Close every running episode as truncated, e.g. before saving or after an interrupted run."""
@@ -323,11 +337,7 @@ class HerReplayBuffer(ReplayBuffer):
         envs = np.flatnonzero(storage.open_len > 0)
         last_rows = storage.close(envs)
         storage.transitions["truncated"][last_rows, envs] = True
-        if not self.online_sampling:
-            for env_idx in envs:
-                self._relabel_episode(env_idx)
-        elif self.episode_priority is not None:
-            self._weigh_ended_episodes(envs)
+        self._episodes_ended(envs)
 
     def _last_episode(self, env_idx: int) -> np.ndarray:
         """Flat indices of the transitions of the episode ``env_idx`` just ended, in order."""

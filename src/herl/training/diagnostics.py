@@ -6,6 +6,9 @@ learn yet", logged with every row of training statistics under ``diagnostics/``.
   goals, transitions whose achieved goal does not move until the episode's end all get reward 0.
 - ``goal_moves_share``: share of the sampled transitions whose achieved goal moved (by more than 1e-3 in
   any coordinate): for FetchPush, how often the block is touched. Near 0, the agent cannot learn to push.
+- ``goal_moved_episodes``: share of the last 100 episodes stored whose achieved goal ended elsewhere than it
+  started (by more than 1e-3 in any coordinate): for FetchPush, the training episodes that moved the block. Falling
+  towards 0 while success stays low: the policy stopped touching the object, exploration collapsed.
 - ``q_mean``, ``q_min``, ``q_max``: the critics' estimates for the batch's actions, next to ``q_bound``
   ``= -1/(1-gamma)``, the lowest return of -1/0 rewards: estimates far outside ``[q_bound, 0]``
   (beyond the entropy bonus, for SAC-like algorithms) mean the critic diverges.
@@ -39,6 +42,9 @@ def replay_diagnostics(model: Any, batch_size: int = 1024) -> dict[str, float]:
     if isinstance(obs, Mapping) and "achieved_goal" in obs:
         change = (batch.next_observations["achieved_goal"] - obs["achieved_goal"]).abs().float()
         out["goal_moves_share"] = (change.reshape(change.shape[0], -1).amax(dim=1) > 1e-3).float().mean()
+    moved = getattr(buffer, "goal_moved_share", None)
+    if moved is not None:
+        out["goal_moved_episodes"] = moved
     q = model.q_estimates(batch)
     if q is not None:
         out.update(q_mean=q.mean(), q_min=q.min(), q_max=q.max())
