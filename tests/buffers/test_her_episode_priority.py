@@ -142,7 +142,8 @@ def test_bad_settings_are_refused_with_the_fix(kwargs, words):
         make(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"episode_priority": None}, {"episode_priority": None, "online_sampling": False}])
+@pytest.mark.parametrize("kwargs", [{}, {"episode_priority": None}, {"episode_priority": None, "online_sampling": False},
+                                    {"optimize_memory_usage": True}, {"storage_device": "cpu"}])
 def test_goal_moved_share_counts_the_last_hundred_episodes_that_moved_their_goal(kwargs):
     buffer = make(buffer_size=20_000, **kwargs)
     assert buffer.goal_moved_share is None

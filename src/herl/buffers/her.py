@@ -212,7 +212,7 @@ class HerReplayBuffer(ReplayBuffer):
 
             self.storage.priorities = PriorityTree(self.storage.rows * self.storage.n_envs, alpha=1.0)
         self._goal_moved: collections.deque[bool] = collections.deque(maxlen=100)
-        self._on_episode_end = self._episode_end_hook()
+        self._on_episode_end = self._episodes_ended
         if self._compute_reward is not None:  # once, at the first episode's end (then the hook is as before)
             self._on_episode_end = self._check_first_episode
         self._probe_done = False
@@ -297,32 +297,31 @@ class HerReplayBuffer(ReplayBuffer):
             transitions[INFO_PREFIX + key] = _info_values(infos, key, self.n_envs)
 
     # ------------------------------------------------------------------ episodes
-    def _episode_end_hook(self) -> Callable[[], None]:
-        """What runs after an add that ended episodes (once the first episode's check is done)."""
-        return self._episodes_ended
-
     def _episodes_ended(self, envs: np.ndarray | None = None) -> None:
         """After episodes ended: note whether each moved its achieved goal (:attr:`goal_moved_share`), then
         relabel them (offline) or give their transitions their weight (``episode_priority="goal_motion"``). Without
         ``envs``: after an add, every env had an episode open during it, so those with none open now just ended."""
         storage = self.storage
         for env_idx in np.flatnonzero(storage.open_start < 0) if envs is None else envs:
-            flat = self._last_episode(int(env_idx))
-            if not len(flat):
+            env_idx = int(env_idx)
+            last = (storage.pos[env_idx] - 1) % storage.rows
+            start, length = int(storage.ep_start[last, env_idx]), int(storage.ep_len[last, env_idx])
+            if not length:
                 continue
+            # the episode's first state and the state its last transition led to: two row reads, on the add path
+            final = (start + length - 1) % storage.rows
+            final_next = (final + 1) % storage.rows if storage.share_states else final
+            reached = storage.next_states["achieved_goal"][final_next, env_idx]
+            change = to_numpy(reached).astype(np.float64) - to_numpy(storage.states["achieved_goal"][start, env_idx])
+            self._goal_moved.append(bool(np.abs(change).max() > GOAL_MOVED))
             if self.episode_priority is not None:
+                flat = self._last_episode(env_idx)
                 rows = GatheredRows(storage, flat)
-                achieved, reached = to_numpy(rows.state("achieved_goal")), to_numpy(rows.next_state("achieved_goal"))
-                steps = (reached - achieved).reshape(len(flat), -1).astype(np.float64)
-                length = float(np.linalg.norm(steps, axis=1).sum())
-                storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(length / self.goal_motion_scale, 1.0))
-                start, end = achieved[0], reached[-1]
-            else:
-                ends = GatheredRows(storage, flat[[0, -1]])
-                start, end = to_numpy(ends.state("achieved_goal"))[0], to_numpy(ends.next_state("achieved_goal"))[1]
-            self._goal_moved.append(bool(np.abs(np.asarray(end, np.float64) - start).max() > GOAL_MOVED))
-            if not self.online_sampling:
-                self._relabel_episode(int(env_idx))
+                steps = to_numpy(rows.next_state("achieved_goal")) - to_numpy(rows.state("achieved_goal"))
+                path = float(np.linalg.norm(steps.reshape(length, -1).astype(np.float64), axis=1).sum())
+                storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(path / self.goal_motion_scale, 1.0))
+            elif not self.online_sampling:
+                self._relabel_episode(env_idx)
 
     @property
     def goal_moved_share(self) -> float | None:
@@ -353,7 +352,7 @@ class HerReplayBuffer(ReplayBuffer):
         own custom env returns 0/-1 from step and 1/0 from compute_reward). This is the cheap part of
         ``herl check-env``, on data the buffer already holds: no env is stepped.
         """
-        self._on_episode_end = self._episode_end_hook()
+        self._on_episode_end = self._episodes_ended
         self._probe()
         flat = self._last_episode(int(np.flatnonzero(self.storage.open_start < 0)[0]))
         rows = GatheredRows(self.storage, flat)
