@@ -1,10 +1,11 @@
 """FetchPickAndPlace-v4 with and without 100 scripted demonstrations (issue 12), the same recipe otherwise.
 
 Both variants are ``herl train`` with the fetch_pick_and_place preset's TQC + HER settings; the ``demos`` variant adds
-``--demos`` (the demonstrations in the HER buffer's own store, 1/8 of each batch, and the behaviour-cloning loss with
-the Q-filter, ``bc_loss_weight=1``). Every ``--eval-freq`` env steps the deterministic policy is evaluated on
-``--eval-episodes`` episodes (``herl train``'s evaluation). ``run`` writes one CSV row per evaluation (variant, seed,
-step, success rate) to ``OUT/curves.csv``; ``plot`` draws the median over seeds with the min-max band and prints, for
+``--demos scripted:100`` (100 episodes of herl's scripted expert recorded into the run folder, kept in the HER
+buffer's own store, 1/8 of each batch, and the behaviour-cloning loss with the Q-filter, ``bc_loss_weight=1``).
+Every ``--eval-freq`` env steps the deterministic policy is evaluated on ``--eval-episodes`` episodes (``herl
+train``'s evaluation). ``run`` writes one CSV row per evaluation (variant, seed, step, success rate) to
+``OUT/curves.csv``; ``plot`` draws the median over seeds with the min-max band and prints, for
 each variant, the first step at which the median curve reaches 0.9.
 
 The goal (issue 12): with demonstrations, >= 0.9 success in at most a third of the env steps the plain recipe needs.
@@ -30,15 +31,6 @@ VARIANTS = ("plain", "demos")
 THRESHOLD = 0.9
 
 
-def record_demos(path: Path, episodes: int, seed: int) -> None:
-    """The scripted expert's episodes (success 1.00 over 50 episodes, docs/benchmarks.md), recorded once."""
-    from herl.cli import main
-
-    if not (path / "data" / "metadata.json").exists():
-        assert main(["record", "--env", ENV, "--policy", "scripted", "--episodes", str(episodes), "-o", str(path),
-                     "--seed", str(seed)]) == 0
-
-
 def train_args(variant: str, seed: int, args: argparse.Namespace) -> list[str]:
     out = Path(args.out)
     command = ["train", "--env", ENV, "--algo", "tqc", "--seed", str(seed), "--timesteps", str(args.steps),
@@ -46,7 +38,7 @@ def train_args(variant: str, seed: int, args: argparse.Namespace) -> list[str]:
                "--set", f"eval.freq={args.eval_freq}", "--set", f"eval.episodes={args.eval_episodes}",
                "--set", f"threads={args.threads}"]
     if variant == "demos":
-        command += ["--demos", str(out / "demos")]
+        command += ["--demos", args.demos_source or f"scripted:{args.demos}"]
     return command + [x for setting in args.set for x in ("--set", setting)]
 
 
@@ -86,7 +78,6 @@ def collect(out: Path) -> Path:
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    record_demos(out / "demos", args.demos, args.demo_seed)
     jobs = [(variant, seed) for seed in args.seeds for variant in args.variants]
     if args.jobs > 1:
         import multiprocessing
@@ -156,8 +147,11 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
     r.add_argument("--out", default="runs/demos_pick_and_place")
     r.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    r.add_argument("--demos", type=int, default=100, help="scripted episodes recorded")
-    r.add_argument("--demo-seed", type=int, default=1000, help="seed of the first recorded episode")
+    r.add_argument("--demos", type=int, default=100,
+                   help="scripted expert episodes, recorded into each run folder (`herl train --demos scripted:N`: "
+                        "their env seeds follow the run's seed, so every seed has its own demonstrations)")
+    r.add_argument("--demos-source", default=None, metavar="DIR",
+                   help="a recorded dataset (herl record) to use in every run instead")
     r.add_argument("--eval-freq", type=int, default=10_000)
     r.add_argument("--eval-episodes", type=int, default=50)
     r.add_argument("--threads", type=int, default=1, help="torch threads per run (the preset's 2 suit one run alone)")
