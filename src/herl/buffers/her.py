@@ -46,6 +46,11 @@ GOAL_MOTION_SCALE = number(0.0, low_open=True, note="the achieved goal's path le
 GOAL_MOVED = 1e-3
 """An episode "moved its achieved goal" when it ended more than this (in any coordinate) from where it started."""
 GOAL_MOTION_WEIGHT = number(0.0, note="the extra sampling weight of an episode whose achieved goal moved")
+MOTION_BONUS = number(0.0, 1.0, high_open=True,
+                      note="the reward added to an unsuccessful step that moves the achieved goal (below 1, so that "
+                           "such a step stays below a successful one's 0)")
+MOTION_BONUS_SCALE = number(0.0, low_open=True,
+                            note="the achieved goal's displacement in one step (in its units) that earns the full bonus")
 
 
 def check_goal_space(observation_space: spaces.Space) -> None:
@@ -109,6 +114,14 @@ class HerReplayBuffer(ReplayBuffer):
             No importance weights (as in the paper). None (default): uniform.
         goal_motion_scale: the path length that earns the full weight (0.05: Fetch's success radius, in metres).
         goal_motion_weight: the extra weight of an episode whose achieved goal moved at least the scale.
+        motion_bonus: an exploration bonus b in [0, 1) for moving the achieved goal: a sampled transition whose
+            reward is below 0 (its goal not reached) gets ``b * min(d / motion_bonus_scale, 1)`` added, d the
+            distance its achieved goal moved in that step. For FetchPush-style tasks, where the achieved goal is
+            the object, it rewards touching the object before any goal is reached; with -1/0 rewards the sum stays
+            in [-1, 0), so the values keep their bound [-1/(1-gamma), 0] and a reached goal stays best. It changes
+            the task being learned (a step that moves the object costs less), applies to relabeled and
+            demonstration rows alike, and is not stored. 0 (default): off.
+        motion_bonus_scale: the one-step displacement that earns the full bonus (0.01: a centimetre, in Fetch).
         wrapped_env: SB3 < 1.6's name of ``env``, accepted as it.
         env_info: a name of older SB3 docs; only None is accepted (pass ``env=``).
 
@@ -151,6 +164,8 @@ class HerReplayBuffer(ReplayBuffer):
         episode_priority: str | None = None,
         goal_motion_scale: float = 0.05,
         goal_motion_weight: float = 10.0,
+        motion_bonus: float = 0.0,
+        motion_bonus_scale: float = 0.01,
         wrapped_env: Any = None,
         env_info: Mapping[str, Any] | None = None,
         check_finite: bool = True,
@@ -162,6 +177,9 @@ class HerReplayBuffer(ReplayBuffer):
         check(type(self).__name__, "goal_motion_scale", goal_motion_scale, GOAL_MOTION_SCALE)
         check(type(self).__name__, "goal_motion_weight", goal_motion_weight, GOAL_MOTION_WEIGHT)
         self.goal_motion_scale, self.goal_motion_weight = float(goal_motion_scale), float(goal_motion_weight)
+        check(type(self).__name__, "motion_bonus", motion_bonus, MOTION_BONUS)
+        check(type(self).__name__, "motion_bonus_scale", motion_bonus_scale, MOTION_BONUS_SCALE)
+        self.motion_bonus, self.motion_bonus_scale = float(motion_bonus), float(motion_bonus_scale)
         check_goal_space(observation_space)
         if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
             raise ValueError(f"n_sampled_goal must be an integer >= 0 (0 turns relabeling off), got {n_sampled_goal!r}")
@@ -465,6 +483,12 @@ class HerReplayBuffer(ReplayBuffer):
 
     # ------------------------------------------------------------------ sampling
     def _sample_arrays(self, batch_size: int):
+        batch, storage, flat = self._sampled_rows(batch_size)
+        if self.motion_bonus:
+            self._add_motion_bonus(batch)
+        return batch, storage, flat
+
+    def _sampled_rows(self, batch_size: int):
         if not self.online_sampling and self.relabeled.n_transitions > 0:
             flat = self.relabeled.sample_flat(batch_size, self.rng)
             return GatheredRows(self.relabeled, flat), self.relabeled, flat
@@ -476,6 +500,20 @@ class HerReplayBuffer(ReplayBuffer):
             demo = self._relabeled_rows(self.demo_storage, self.demo_storage.sample_flat(n_demo, self.rng))
             batch = GatheredRows.joined(batch, demo)
         return batch, storage, flat
+
+    def _add_motion_bonus(self, batch: GatheredRows) -> None:
+        """``motion_bonus * min(d / motion_bonus_scale, 1)`` added to the rewards below 0, in place (the batch's
+        copies, never the store); d is how far the achieved goal moved in the transition's step."""
+        rewards = batch.transition("reward")
+        moved = batch.next_state("achieved_goal") - batch.state("achieved_goal")
+        if isinstance(rewards, np.ndarray):
+            distance = np.linalg.norm(moved.reshape(len(moved), -1).astype(np.float64), axis=1)
+            bonus = self.motion_bonus * np.minimum(distance / self.motion_bonus_scale, 1.0)
+            rewards += np.where(rewards.reshape(len(rewards)) < 0, bonus, 0.0).reshape(rewards.shape).astype(rewards.dtype)
+        else:
+            distance = torch.linalg.vector_norm(moved.reshape(len(moved), -1).double(), dim=1)
+            bonus = self.motion_bonus * torch.clamp(distance / self.motion_bonus_scale, max=1.0)
+            rewards += torch.where(rewards.reshape(len(rewards)) < 0, bonus, 0.0).reshape(rewards.shape).to(rewards.dtype)
 
     def _relabeled_rows(self, storage: EpisodeStorage, flat: np.ndarray) -> GatheredRows:
         """The rows at ``flat``, a fraction k/(k+1) of them with hindsight goals."""
@@ -573,6 +611,8 @@ class HerReplayBuffer(ReplayBuffer):
             "episode_priority": self.episode_priority,
             "goal_motion_scale": self.goal_motion_scale,
             "goal_motion_weight": self.goal_motion_weight,
+            "motion_bonus": self.motion_bonus,
+            "motion_bonus_scale": self.motion_bonus_scale,
             "demo_rows": 0 if self.demo_storage is None else self.demo_storage.rows,
         }
 
@@ -630,6 +670,7 @@ class HerReplayBuffer(ReplayBuffer):
         "demo_batch_ratio": DEMO_BATCH_RATIO, "demo_rows": NON_NEGATIVE_INT,
         "episode_priority": None,  # checked by the constructor
         "goal_motion_scale": GOAL_MOTION_SCALE, "goal_motion_weight": GOAL_MOTION_WEIGHT,
+        "motion_bonus": MOTION_BONUS, "motion_bonus_scale": MOTION_BONUS_SCALE,
     }
 
     @classmethod

@@ -6,7 +6,8 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - any hyperparameter of the algorithm (``learning_rate``, ``batch_size``, ...; validated by the algorithm's config);
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.online_sampling``,
-  ``her.copy_info_dict``, ``her.episode_priority``, ``her.goal_motion_scale``, ``her.goal_motion_weight``;
+  ``her.copy_info_dict``, ``her.episode_priority``, ``her.goal_motion_scale``, ``her.goal_motion_weight``,
+  ``her.motion_bonus``, ``her.motion_bonus_scale``;
 - ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
   ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
@@ -60,6 +61,10 @@ class HerSettings:
     """goal_motion: the achieved goal's path length over an episode that earns the full weight."""
     goal_motion_weight: float = 10.0
     """goal_motion: the extra sampling weight of such an episode (an episode that did not move it has weight 1)."""
+    motion_bonus: float = 0.0
+    """Exploration bonus in [0, 1) added to an unsuccessful step's reward for moving the achieved goal; 0: off."""
+    motion_bonus_scale: float = 0.01
+    """motion_bonus: the achieved goal's one-step displacement that earns the full bonus."""
 
 
 @dataclass(frozen=True)
@@ -404,7 +409,13 @@ def validate_config(config: TrainConfig) -> None:
              ("checkpoint.freq", config.checkpoint.freq, NON_NEGATIVE_INT),
              ("checkpoint.keep", config.checkpoint.keep, POSITIVE_INT)]
     if config.her is not None:
-        from herl.buffers.her import EPISODE_PRIORITIES, GOAL_MOTION_SCALE, GOAL_MOTION_WEIGHT
+        from herl.buffers.her import (
+            EPISODE_PRIORITIES,
+            GOAL_MOTION_SCALE,
+            GOAL_MOTION_WEIGHT,
+            MOTION_BONUS,
+            MOTION_BONUS_SCALE,
+        )
 
         rules += [("her.strategy", config.her.strategy, one_of(*KEY_TO_GOAL_STRATEGY)),
                   ("her.n_sampled_goal", config.her.n_sampled_goal, NON_NEGATIVE_INT),
@@ -412,7 +423,9 @@ def validate_config(config: TrainConfig) -> None:
                   ("her.copy_info_dict", config.her.copy_info_dict, BOOL),
                   ("her.episode_priority", config.her.episode_priority, one_of("none", *EPISODE_PRIORITIES)),
                   ("her.goal_motion_scale", config.her.goal_motion_scale, GOAL_MOTION_SCALE),
-                  ("her.goal_motion_weight", config.her.goal_motion_weight, GOAL_MOTION_WEIGHT)]
+                  ("her.goal_motion_weight", config.her.goal_motion_weight, GOAL_MOTION_WEIGHT),
+                  ("her.motion_bonus", config.her.motion_bonus, MOTION_BONUS),
+                  ("her.motion_bonus_scale", config.her.motion_bonus_scale, MOTION_BONUS_SCALE)]
     if config.demos is not None:
         from herl.buffers.her import DEMO_BATCH_RATIO
 

@@ -91,6 +91,8 @@ def build_model(config: TrainConfig, env: Any) -> Any:
             kwargs["replay_buffer_kwargs"].update(episode_priority=her.episode_priority,
                                                   goal_motion_scale=her.goal_motion_scale,
                                                   goal_motion_weight=her.goal_motion_weight)
+        if her.motion_bonus:
+            kwargs["replay_buffer_kwargs"].update(motion_bonus=her.motion_bonus, motion_bonus_scale=her.motion_bonus_scale)
         if config.demos is not None:
             kwargs["replay_buffer_kwargs"].update(demonstrations=config.demos.path,
                                                   demo_batch_ratio=config.demos.batch_ratio)
