@@ -13,6 +13,7 @@ The goal (issue 12): with demonstrations, >= 0.9 success in at most a third of t
 Usage::
 
     python benchmarks/demos_pick_and_place.py run --seeds 0 1 2 --steps 1000000 --out runs/demos_pnp [--jobs 2]
+    python benchmarks/demos_pick_and_place.py collect runs/demos_pnp   # after runs trained one process each
     python benchmarks/demos_pick_and_place.py plot runs/demos_pnp/curves.csv --out docs/images/demos_pick_and_place.png
     python benchmarks/demos_pick_and_place.py run --seeds 0 --steps 2000 --eval-freq 1000 --eval-episodes 2 \\
         --out /tmp/check   # a quick check that it works
@@ -158,6 +159,10 @@ def main() -> None:
     r.add_argument("--jobs", type=int, default=1, help="runs trained in parallel processes")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to herl train")
     r.set_defaults(func=run)
+    c = commands.add_parser("collect", help="write OUT/curves.csv from the runs under OUT (runs trained separately, "
+                                          "e.g. one process per seed)")
+    c.add_argument("out")
+    c.set_defaults(func=lambda args: print(f"wrote {collect(Path(args.out))}"))
     p = commands.add_parser("plot", help="median curves with min-max bands, and the steps to 0.9 success")
     p.add_argument("csv")
     p.add_argument("--out", default="demos_pick_and_place.png")

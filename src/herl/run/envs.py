@@ -123,14 +123,27 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+ACTION_REPEAT = "action_repeat"
+"""``env.action_repeat=k``: not an argument of the env (unless its constructor takes one) but herl's
+:class:`~herl.envs.ActionRepeat` around it, in every env a run makes (training, evaluation, ``herl eval``, workers)."""
+
+
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mode: str | None = None) -> gym.Env:
-    """``gym.make(env_id, **env_kwargs)``, with an error naming the accepted arguments when one is wrong."""
+    """``gym.make(env_id, **env_kwargs)``, with an error naming the accepted arguments when one is wrong; an
+    ``action_repeat`` entry wraps the env in :class:`~herl.envs.ActionRepeat` instead (see :data:`ACTION_REPEAT`)."""
     env_id = resolve_env_id(env_id)
     kwargs = dict(env_kwargs or {})
+    repeat = 1
+    if ACTION_REPEAT in kwargs and ACTION_REPEAT not in constructor_arguments(env_id):
+        repeat = kwargs.pop(ACTION_REPEAT)
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise CLIError(f"env.{ACTION_REPEAT} must be an integer >= 1 (each action applied for that many env "
+                           f"steps; 1: off), got {repeat!r}")
+    env_kwargs = kwargs.copy()
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     try:
-        return gym.make(env_id, **kwargs)
+        env = gym.make(env_id, **kwargs)
     except Exception as err:  # the env's own code: a wrong argument's value fails anywhere in its constructor
         if not env_kwargs:
             raise
@@ -145,6 +158,11 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
             f"{env_id} rejected {given or 'its arguments'} ({err}); its constructor takes: "
             f"{', '.join(params) or 'no arguments'} (set them with --set env.NAME=VALUE)"
         ) from err
+    if repeat == 1:
+        return env
+    from herl.envs.action_repeat import ActionRepeat
+
+    return ActionRepeat(env, repeat)
 
 
 def constructor_arguments(env_id: str) -> list[str]:
