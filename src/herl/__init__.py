@@ -9,6 +9,7 @@ from herl.buffers import (  # noqa: E402
     DictReplayBufferSamples,
     GoalSelectionStrategy,
     HerReplayBuffer,
+    NStepReplayBuffer,
     ReplayBuffer,
     ReplayBufferSamples,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "EvalCallback",
     "GoalSelectionStrategy",
     "HerReplayBuffer",
+    "NStepReplayBuffer",
     "NormalActionNoise",
     "OrnsteinUhlenbeckActionNoise",
     "ReplayBuffer",

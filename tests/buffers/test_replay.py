@@ -151,3 +151,12 @@ def test_discrete_observations():
     batch = buffer.sample(50)
     assert batch.observations.shape == (50, 1)
     np.testing.assert_array_equal(batch.next_observations - batch.observations, np.full((50, 1), 2))
+
+
+def test_done_with_a_truncated_keyword_is_refused_not_ignored():
+    """The SB3 form reads truncation from infos: a truncated= beside done would be silently dropped."""
+    space = spaces.Box(-1, 1, (2,), np.float32)
+    buffer = ReplayBuffer(10, space, space)
+    with pytest.raises(ValueError, match="done and truncated"):
+        buffer.add(np.zeros(2), np.zeros(2), np.zeros(2), 0.0, np.array([True]), truncated=np.array([True]))
+    assert buffer.size() == 0

@@ -114,9 +114,7 @@ class CrossQ(SAC):
         self.critic.train(True)
         q_all = self.critic(torch.cat([xx, torch.cat([batch.actions, next_actions])], dim=1))
         q, next_q = q_all[:, :n], q_all[:, n:].detach().amin(0)
-        target = self.clip_target(torch.addcmul(
-            batch.rewards, 1.0 - batch.dones, torch.addcmul(next_q, ent_coef, next_log_prob, value=-1.0),
-            value=self.config.gamma))
+        target = self.td_target(batch, torch.addcmul(next_q, ent_coef, next_log_prob, value=-1.0))
         critic_loss = 0.5 * (q - target).square().mean(dim=(1, 2)).sum()
         loss = critic_loss
         info = {"critic_loss": critic_loss, "ent_coef": ent_coef}

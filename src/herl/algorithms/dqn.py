@@ -108,7 +108,7 @@ class DQN(OffPolicyAlgorithm):
                 next_q = next_q_target.gather(1, q_all[n:].argmax(dim=1, keepdim=True))
             else:
                 next_q = next_q_target.amax(dim=1, keepdim=True)
-            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_q, value=cfg.gamma))
+            target = self.td_target(batch, next_q)
         q = q_all[:n].gather(1, batch.actions.long())
         if batch.weights is None:
             loss = nn.functional.smooth_l1_loss(q, target)

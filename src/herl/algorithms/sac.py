@@ -163,7 +163,7 @@ class SAC(OffPolicyAlgorithm):
         with torch.no_grad():
             next_q = self.critic_target(torch.cat([next_x, next_actions], dim=1)).amin(0)
             next_v = torch.addcmul(next_q, ent_coef, next_log_prob, value=-1.0)
-            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_v, value=self.config.gamma))
+            target = self.td_target(batch, next_v)
         q = self.critic(torch.cat([x, batch.actions], dim=1))
         return 0.5 * (q - target).square().mean(dim=(1, 2)).sum()
 

@@ -104,7 +104,7 @@ class TD3(OffPolicyAlgorithm):
                 noise = noise.mul_(cfg.target_policy_noise).clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
                 next_actions = (next_actions + noise).clamp_(-1.0, 1.0)
             next_q = self.critic_target(torch.cat([next_x, next_actions], dim=1)).amin(0)
-            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_q, value=cfg.gamma))
+            target = self.td_target(batch, next_q)
         q = self.critic(torch.cat([x, batch.actions], dim=1))
         critic_loss = (q - target).square().mean(dim=(1, 2)).sum()
         loss = critic_loss

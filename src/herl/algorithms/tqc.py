@@ -108,7 +108,7 @@ class TQC(SAC):
             next_z = self.critic_target(torch.cat([next_x, next_actions], dim=1))  # (critics, n, quantiles)
             next_z = next_z.transpose(0, 1).reshape(n, -1).sort(dim=1).values[:, : self.n_target_quantiles]
             next_v = torch.addcmul(next_z, ent_coef, next_log_prob, value=-1.0)
-            target = self.clip_target(torch.addcmul(batch.rewards, 1.0 - batch.dones, next_v, value=self.config.gamma))
+            target = self.td_target(batch, next_v)
         # the target is increasing in the sorted atoms (gamma * (1 - done) >= 0, clipping keeps the order)
         return quantile_huber_loss(self.critic(torch.cat([x, batch.actions], dim=1)), target, targets_sorted=True)
 

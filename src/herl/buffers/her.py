@@ -122,6 +122,10 @@ class HerReplayBuffer(ReplayBuffer):
             the task being learned (a step that moves the object costs less), applies to relabeled and
             demonstration rows alike, and is not stored. 0 (default): off.
         motion_bonus_scale: the one-step displacement that earns the full bonus (0.01: a centimetre, in Fetch).
+        n_steps: n-step returns (see :class:`ReplayBuffer`), for online relabeling: the rewards of a transition's
+            later steps are recomputed with ``compute_reward`` for its goal, relabeled or not (multi-step HER, as in
+            Yang et al. 2021, arXiv:2102.12962, without their bias correction). Not with ``motion_bonus``.
+        gamma: the discount of the n-step sums (the algorithm's gamma).
         wrapped_env: SB3 < 1.6's name of ``env``, accepted as it.
         env_info: a name of older SB3 docs; only None is accepted (pass ``env=``).
 
@@ -169,8 +173,16 @@ class HerReplayBuffer(ReplayBuffer):
         wrapped_env: Any = None,
         env_info: Mapping[str, Any] | None = None,
         check_finite: bool = True,
+        n_steps: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         env = _sb3_1x_arguments(buffer_size, env, wrapped_env, env_info)
+        if n_steps != 1 and not online_sampling:
+            raise ValueError("n-step returns follow each sampled transition through its stored episode, which offline "
+                             "relabeling does not keep: use online_sampling=True with n_steps > 1")
+        if n_steps != 1 and motion_bonus:
+            raise ValueError("motion_bonus rewards one step's motion; with n-step returns it is not defined: "
+                             "use motion_bonus=0 with n_steps > 1, or n_steps=1")
         check(type(self).__name__, "demo_batch_ratio", demo_batch_ratio, DEMO_BATCH_RATIO)
         self.demo_batch_ratio = float(demo_batch_ratio)
         self.episode_priority = _episode_priority(episode_priority, prioritized, online_sampling)
@@ -214,7 +226,7 @@ class HerReplayBuffer(ReplayBuffer):
             buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
             optimize_memory_usage=optimize_memory_usage, handle_timeout_termination=handle_timeout_termination, seed=seed,
             prioritized=prioritized, alpha=alpha, beta=beta, priority_eps=priority_eps, storage_device=storage_device,
-            check_finite=check_finite,
+            check_finite=check_finite, n_steps=n_steps, gamma=gamma,
         )
         if not self.online_sampling:
             # Episodes wait in a staging area sized for one episode per env; at their end they are
@@ -516,14 +528,42 @@ class HerReplayBuffer(ReplayBuffer):
             rewards += torch.where(rewards.reshape(len(rewards)) < 0, bonus, 0.0).reshape(rewards.shape).to(rewards.dtype)
 
     def _relabeled_rows(self, storage: EpisodeStorage, flat: np.ndarray) -> GatheredRows:
-        """The rows at ``flat``, a fraction k/(k+1) of them with hindsight goals."""
+        """The rows at ``flat``, a fraction k/(k+1) of them with hindsight goals (n-step ones with ``n_steps`` > 1)."""
         batch = GatheredRows(storage, flat)
         n = len(flat)
         n_her = relabel_count(n, self.n_sampled_goal, self.rng)
         if n_her:
             rows = slice(n - n_her, n)  # rows are i.i.d., so which ones is immaterial
             self._relabel(storage, flat[rows], rows, batch)
+        if self.n_steps > 1:
+            self._n_step(storage, flat, batch)
         return batch
+
+    def _step_values(self, storage: EpisodeStorage, at: np.ndarray, batch: GatheredRows,
+                     rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Reward and termination of the stored steps at ``at`` for the goals of ``rows`` of ``batch``."""
+        if not self._probe_done:
+            self._probe()
+        goal = batch.state("desired_goal")
+        goals = goal[rows if isinstance(goal, np.ndarray) else torch.from_numpy(rows).to(goal.device)]
+        step = GatheredRows(storage, at)
+        step.state("desired_goal")[...] = goals
+        step.next_state("desired_goal")[...] = goals
+        everything = slice(None)
+        info = self._reward_info(step, everything)
+        achieved, goals = to_numpy(step.next_state("achieved_goal")), to_numpy(goals)
+        n = len(at)
+        rewards = goal_function_values(self._compute_reward(achieved, goals, info), n, "compute_reward")
+        if self._compute_terminated is not None:
+            done = goal_function_values(self._compute_terminated(achieved, goals, info), n, "compute_terminated")
+        else:
+            done = to_numpy(step.transition("terminated"))
+        return np.asarray(rewards, dtype=np.float64), np.asarray(done) > 0
+
+    def _n_step_next_states(self, batch: GatheredRows, rows: np.ndarray) -> None:
+        goal = batch.state("desired_goal")
+        index = rows if isinstance(goal, np.ndarray) else torch.from_numpy(rows).to(goal.device)
+        batch.next_state("desired_goal")[index] = goal[index]
 
     def _relabel(self, storage: EpisodeStorage, flat: np.ndarray, rows: slice, batch: GatheredRows) -> None:
         """Give ``rows`` of ``batch`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""

@@ -79,6 +79,12 @@ class ReplayBuffer:
         handle_timeout_termination: treat ``TimeLimit.truncated`` as truncation (bootstrap through
             it) rather than termination.
         seed: seed of the buffer's own random generator (sampling is reproducible from it).
+        n_steps: n-step returns (SB3's ``NStepReplayBuffer``): a sampled transition's reward becomes the sum of
+            the rewards of up to ``n_steps`` steps of its episode, discounted by ``gamma``, stopping at the episode's
+            end (a termination or truncation, or the last step stored so far); its next observation and ``dones``
+            are those of the last step summed, and the batch's ``discounts`` hold gamma^m for the m steps summed.
+            herl's algorithms pass their ``n_steps`` and ``gamma`` here.
+        gamma: the discount of the n-step sums (the algorithm's gamma).
         prioritized: proportional prioritized replay (Schaul et al. 2015): transitions are drawn
             with probability p^alpha / sum p^alpha; batches carry importance ``weights`` and the
             ``indexes`` to pass to :meth:`update_priorities`.
@@ -111,9 +117,14 @@ class ReplayBuffer:
         priority_eps: float = 1e-6,
         storage_device: torch.device | str | None = None,
         check_finite: bool = True,
+        n_steps: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         if int(buffer_size) != buffer_size or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
+        check(type(self).__name__, "n_steps", n_steps, self.FILE_CONFIG["n_steps"])
+        check(type(self).__name__, "gamma", gamma, self.FILE_CONFIG["gamma"])
+        self.n_steps, self.gamma = int(n_steps), float(gamma)
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = get_device(device)
@@ -228,6 +239,9 @@ class ReplayBuffer:
         if terminated is None:
             if done is None:
                 raise ValueError("add() needs done (SB3 form) or terminated and truncated (gymnasium form)")
+            if truncated is not None:  # it would be ignored: the SB3 form reads truncation from infos
+                raise ValueError("add() got done and truncated: pass done with infos (SB3 form), or terminated and "
+                                 "truncated (gymnasium form)")
             done = self._flags(done, "done")
             n_done = np.count_nonzero(done)
             if n_done:  # truncation only matters where an episode ends
@@ -372,6 +386,8 @@ class ReplayBuffer:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         arrays, storage, flat = self._sample_arrays(int(batch_size))
         samples = self._to_samples(arrays, env=env)
+        if arrays.discounts is not None:
+            samples = samples._replace(discounts=self._to_torch(arrays.discounts.reshape(-1, 1)))
         if not self.prioritized:
             return samples
         if storage.priorities is None:  # offline HER before its first episode ended: uniform
@@ -384,7 +400,51 @@ class ReplayBuffer:
     def _sample_arrays(self, batch_size: int):
         storage = self.storage
         flat = storage.sample_flat(batch_size, self.rng)
-        return GatheredRows(storage, flat), storage, flat
+        batch = GatheredRows(storage, flat)
+        if self.n_steps > 1:
+            self._n_step(storage, flat, batch)
+        return batch, storage, flat
+
+    # ------------------------------------------------------------------ n-step returns
+    def _n_step(self, storage: EpisodeStorage, flat: np.ndarray, batch: GatheredRows) -> None:
+        """Turn the one-step transitions of ``batch`` (stored at ``flat``) into n-step ones, in place: rewards summed
+        with discounts over up to ``n_steps`` steps of their episode, the last step's next state and flags, and
+        ``batch.discounts`` = gamma^m. Stops after a terminated step and at the end of what the episode has stored."""
+        offsets, lengths = storage.episode_position(flat)
+        left = lengths - offsets  # steps from each transition to its episode's stored end (>= 1)
+        rewards, terminated = batch.transition("reward"), batch.transition("terminated")
+        total = to_numpy(rewards).astype(np.float64)
+        done = to_numpy(terminated) > 0
+        used = np.ones(len(flat), dtype=np.int64)
+        discount = 1.0
+        for k in range(1, self.n_steps):
+            discount *= self.gamma
+            rows = np.flatnonzero((left > k) & ~done)
+            if not len(rows):
+                break
+            step_rewards, step_terminated = self._step_values(storage, storage.shift(flat[rows], k), batch, rows)
+            total[rows] += discount * step_rewards
+            used[rows] += 1
+            done[rows] = step_terminated
+        _write(rewards, total.astype(np.float32))
+        longer = np.flatnonzero(used > 1)
+        if len(longer):
+            last = GatheredRows(storage, storage.shift(flat[longer], used[longer] - 1))
+            for name in storage.state_fields:
+                _write_rows(batch.next_state(name), longer, last.next_state(name))
+            _write_rows(batch.transition("truncated"), longer, last.transition("truncated"))
+            _write(terminated, done.astype(np.float32))
+            self._n_step_next_states(batch, longer)
+        batch.discounts = (self.gamma ** used).astype(np.float32)
+
+    def _step_values(self, storage: EpisodeStorage, at: np.ndarray, batch: GatheredRows,
+                     rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Reward and termination (bools) of the stored steps at ``at``, continuing ``rows`` of ``batch``."""
+        return (to_numpy(storage.field("t", "reward", at)).astype(np.float64),
+                to_numpy(storage.field("t", "terminated", at)) > 0)
+
+    def _n_step_next_states(self, batch: GatheredRows, rows: np.ndarray) -> None:
+        """After ``rows`` of ``batch`` got the next states of later steps: what else those need (HER: their goal)."""
 
     def _attach_priorities(self, storage: EpisodeStorage) -> None:
         from herl.buffers.priority import PriorityTree
@@ -487,6 +547,8 @@ class ReplayBuffer:
             "priority_eps": self.priority_eps,
             "storage_device": None if self.storage_device is None else str(self.storage_device),
             "check_finite": self.check_finite,
+            "n_steps": self.n_steps,
+            "gamma": self.gamma,
         }
 
     def _storages(self) -> dict[str, EpisodeStorage]:
@@ -514,7 +576,7 @@ class ReplayBuffer:
         "buffer_size": POSITIVE_INT, "n_envs": POSITIVE_INT, "optimize_memory_usage": BOOL,
         "handle_timeout_termination": BOOL, "prioritized": BOOL, "alpha": number(0.0), "beta": number(0.0, 1.0),
         "priority_eps": number(0.0, low_open=True, note="a zero priority would never be drawn again"), "storage_device": Rule("choice", choices=(None,), also=()),
-        "check_finite": BOOL,
+        "check_finite": BOOL, "n_steps": POSITIVE_INT, "gamma": number(0.0, 1.0),
     }
 
     @classmethod
@@ -568,6 +630,30 @@ class ReplayBuffer:
             buffer = cls(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
             buffer._restore(meta, arrays, seed)
         return buffer
+
+
+class NStepReplayBuffer(ReplayBuffer):
+    """SB3's ``NStepReplayBuffer``: a :class:`ReplayBuffer` with n-step returns on by default (``n_steps=3``,
+    ``gamma=0.99``, as SB3's). herl's algorithms also take ``n_steps=`` directly, with any buffer, HER included."""
+
+    def __init__(self, *args: Any, n_steps: int = 3, gamma: float = 0.99, **kwargs: Any) -> None:
+        super().__init__(*args, n_steps=n_steps, gamma=gamma, **kwargs)
+
+
+def _write(view, values: np.ndarray) -> None:
+    """``view[:] = values`` for a NumPy or torch view of a gathered batch."""
+    if isinstance(view, np.ndarray):
+        view[...] = values.reshape(view.shape)
+    else:
+        view.copy_(torch.from_numpy(values).reshape(view.shape).to(view.device, view.dtype))
+
+
+def _write_rows(view, rows: np.ndarray, values) -> None:
+    """``view[rows] = values`` for NumPy or torch (``values`` of the same kind as ``view``)."""
+    if isinstance(view, np.ndarray):
+        view[rows] = values
+    else:
+        view[torch.from_numpy(rows).to(view.device)] = values
 
 
 @contextlib.contextmanager

@@ -833,12 +833,14 @@ class GatheredRows:
     the next states come from a second gather of the following rows.
     """
 
-    __slots__ = ("storage", "blocks", "next_blocks")
+    __slots__ = ("storage", "blocks", "next_blocks", "discounts")
 
     def __init__(self, storage: EpisodeStorage, flat: np.ndarray) -> None:
         self.storage = storage
         self.blocks = storage.take_blocks(flat)
         self.next_blocks = storage.take_blocks(storage.next_flat(flat)) if storage.share_states else None
+        self.discounts: np.ndarray | None = None
+        """n-step batches: each row's bootstrap discount gamma^m (float32, shaped (rows,))."""
 
     @classmethod
     def joined(cls, first: GatheredRows, second: GatheredRows) -> GatheredRows:
@@ -855,6 +857,7 @@ class GatheredRows:
         out.storage = first.storage
         out.blocks = cat(first.blocks, second.blocks)
         out.next_blocks = None if first.next_blocks is None else cat(first.next_blocks, second.next_blocks)
+        out.discounts = None if first.discounts is None else np.concatenate([first.discounts, second.discounts])
         return out
 
     def state(self, name: str):

@@ -45,6 +45,15 @@ LOSS_TERMS = {"critic_loss": "critic loss", "actor_loss": "actor loss", "ent_coe
               "bc_loss": "behaviour-cloning loss"}
 
 
+def check_n_step_gamma(model: Any, buffer: Any) -> None:
+    """An n-step buffer discounts its rewards with its own gamma: it must be the algorithm's."""
+    if getattr(buffer, "n_steps", 1) > 1 and buffer.gamma != model.config.gamma:
+        raise ValueError(
+            f"the replay buffer sums n-step rewards with gamma={buffer.gamma} but {type(model).__name__} has "
+            f"gamma={model.config.gamma}: give the buffer the algorithm's (replay_buffer_kwargs gamma), or leave it out"
+        )
+
+
 class OffPolicyAlgorithm:
     """Base of DQN, DDPG, TD3 and SAC. Construct one of those, not this class.
 
@@ -225,6 +234,15 @@ class OffPolicyAlgorithm:
     def clip_target(self, target: torch.Tensor) -> torch.Tensor:
         return target if self._target_bounds is None else target.clamp_(*self._target_bounds)
 
+    def td_target(self, batch: Any, next_values: torch.Tensor) -> torch.Tensor:
+        """``r + gamma (1 - done) next_values``, clipped; an n-step batch carries its own discounts (gamma^m, m the
+        steps summed into its reward), which replace gamma."""
+        if batch.discounts is None:
+            target = torch.addcmul(batch.rewards, 1.0 - batch.dones, next_values, value=self.config.gamma)
+        else:
+            target = torch.addcmul(batch.rewards, (1.0 - batch.dones) * batch.discounts, next_values)
+        return self.clip_target(target)
+
     @staticmethod
     @torch.no_grad()
     def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
@@ -250,10 +268,16 @@ class OffPolicyAlgorithm:
         kwargs.setdefault("seed", self._buffer_seed)
         if issubclass(self.replay_buffer_class, HerReplayBuffer):
             kwargs.setdefault("env", self._raw_env)
+        n_steps = self.config.n_steps
+        if n_steps > 1:  # unlike SB3, any herl buffer takes them (HER included), not only the default one
+            if kwargs.get("n_steps", n_steps) != n_steps:
+                raise ValueError(f"n_steps={n_steps} but replay_buffer_kwargs has n_steps={kwargs['n_steps']}: give one of them")
+            kwargs.update(n_steps=n_steps, gamma=kwargs.get("gamma", self.config.gamma))
         buffer = self.replay_buffer_class(
             self.config.buffer_size, self.observation_space, self.action_space,
             device=self.device, n_envs=self.n_envs, **kwargs,
         )
+        check_n_step_gamma(self, buffer)
         check_demonstrations(self, buffer)
         return buffer
 
@@ -520,6 +544,9 @@ class OffPolicyAlgorithm:
             raise ValueError("the saved replay buffer's spaces differ from the model's")
         if truncate_last_traj and isinstance(buffer, HerReplayBuffer):
             buffer.truncate_last_trajectory()  # the env is reset before learning continues
+        if self.config.n_steps > 1:  # the model's n-step setting applies to the transitions it loads
+            buffer.n_steps, buffer.gamma = self.config.n_steps, self.config.gamma
+        check_n_step_gamma(self, buffer)
         self.replay_buffer = buffer
 
 

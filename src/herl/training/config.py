@@ -44,6 +44,10 @@ class OffPolicyConfig:
     """Update after this many env steps (``(n, "step")``, or an int) or episodes (``(n, "episode")``)."""
     gradient_steps: int = 1
     """Gradient steps after each collection; -1: as many as env steps collected."""
+    n_steps: int = 1
+    """n-step returns (SB3's argument): each sampled transition's reward is the discounted sum of up to n rewards
+    of its episode (stopping at its end), and the target bootstraps from the state reached, discounted by gamma^m.
+    With HER, the rewards of the later steps are recomputed for the transition's (relabeled) goal."""
     normalize_observations: bool | None = None
     """Running mean/std normalization of the network inputs; None: on for goal envs, off otherwise."""
     clip_observations: float = 5.0
@@ -67,6 +71,7 @@ class OffPolicyConfig:
         "tau": number(0.0, 1.0, low_open=True),
         "gamma": number(0.0, 1.0),
         "gradient_steps": integer(-1, note="-1: as many as env steps collected"),
+        "n_steps": POSITIVE_INT,
         "normalize_observations": Rule("bool", also=(None,)),
         "clip_observations": number(0.0, low_open=True),
         "stats_window_size": POSITIVE_INT,
