@@ -546,18 +546,21 @@ class HerReplayBuffer(ReplayBuffer):
             self._probe()
         goal = batch.state("desired_goal")
         goals = goal[rows if isinstance(goal, np.ndarray) else torch.from_numpy(rows).to(goal.device)]
-        step = GatheredRows(storage, at)
-        step.state("desired_goal")[...] = goals
-        step.next_state("desired_goal")[...] = goals
-        everything = slice(None)
-        info = self._reward_info(step, everything)
-        achieved, goals = to_numpy(step.next_state("achieved_goal")), to_numpy(goals)
+        if self._info_specs or self.reward_context:  # the reward reads more than the goals: the whole rows
+            step = GatheredRows(storage, at)
+            step.state("desired_goal")[...] = goals
+            step.next_state("desired_goal")[...] = goals
+            info = self._reward_info(step, slice(None))
+            achieved = step.next_state("achieved_goal")
+        else:
+            info, achieved = {}, storage.next_state("achieved_goal", at)
+        achieved, goals = to_numpy(achieved), to_numpy(goals)
         n = len(at)
         rewards = goal_function_values(self._compute_reward(achieved, goals, info), n, "compute_reward")
         if self._compute_terminated is not None:
             done = goal_function_values(self._compute_terminated(achieved, goals, info), n, "compute_terminated")
         else:
-            done = to_numpy(step.transition("terminated"))
+            done = to_numpy(storage.field("t", "terminated", at))
         return np.asarray(rewards, dtype=np.float64), np.asarray(done) > 0
 
     def _n_step_next_states(self, batch: GatheredRows, rows: np.ndarray) -> None:
