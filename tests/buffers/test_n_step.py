@@ -198,3 +198,30 @@ def test_n_step_settings_are_saved_and_checked(tmp_path):
         ReplayBuffer(100, FLAT, ACT, n_steps=0)
     with pytest.raises(ValueError, match="gamma"):
         ReplayBuffer(100, FLAT, ACT, n_steps=2, gamma=1.5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_plain_buffer_n_step_with_two_envs_whose_episodes_end_apart(layout):
+    """Two envs, episodes of different lengths (so the columns leave lockstep): sums stay within each env's episode."""
+    lengths = {0: [3, 5, 2, 6], 1: [4, 4, 7, 1]}
+    steps = 16
+    schedule = {env: [(e, t) for e, n in enumerate(ls) for t in range(n)][:steps] for env, ls in lengths.items()}
+    reward_of = {(env, e, t): -(1 + 0.1 * t + 0.01 * e + 0.001 * env)
+                 for env, ls in lengths.items() for e, n in enumerate(ls) for t in range(n)}
+    buffer = ReplayBuffer(200, FLAT, ACT, n_envs=2, n_steps=3, gamma=GAMMA, seed=0, **layout)
+    for i in range(steps):
+        pairs = [schedule[env][i] for env in (0, 1)]
+        obs = np.array([[100 * env + e, t] for env, (e, t) in enumerate(pairs)], np.float32)
+        last = np.array([t == lengths[env][e] - 1 for env, (e, t) in enumerate(pairs)])
+        buffer.add(obs, obs + np.array([0, 1], np.float32), np.zeros((2, 1)),
+                   np.array([reward_of[env, e, t] for env, (e, t) in enumerate(pairs)]), last,
+                   [{"TimeLimit.truncated": bool(x)} for x in last])
+    samples = buffer.sample(500)
+    for o, r, n, d in zip(as_numpy(samples.observations).astype(int), as_numpy(samples.rewards).ravel(),
+                          as_numpy(samples.next_observations).astype(int), as_numpy(samples.discounts).ravel()):
+        env, e, t = o[0] // 100, o[0] % 100, o[1]
+        done_steps = sum(1 for x in schedule[env] if x[0] == e)  # steps of episode e stored so far
+        m = min(3, done_steps - t)
+        assert r == pytest.approx(sum(GAMMA ** k * reward_of[env, e, t + k] for k in range(m)), abs=1e-5)
+        np.testing.assert_array_equal(n, [100 * env + e, t + m])
+        assert d == pytest.approx(GAMMA ** m)
