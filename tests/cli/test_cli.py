@@ -414,6 +414,25 @@ def test_plot_marks_reference_points(two_seeds: Path, tmp_path: Path, capsys: py
     assert "--reference takes LABEL=X:Y" in capsys.readouterr().err
 
 
+def test_plot_counts_env_steps_of_an_action_repeat_run(two_seeds: Path, tmp_path: Path) -> None:
+    """A run with env.action_repeat=k counts decisions: its x axis in env steps is k times that, and the label says so."""
+    import shutil
+
+    from herl.run.plot import load_curve
+
+    repeated = tmp_path / "repeated" / "seed_0"
+    shutil.copytree(two_seeds / "seed_0", repeated)
+    config = json.loads((repeated / "config.json").read_text())
+    config["env_kwargs"] = {**config["env_kwargs"], "action_repeat": 3}
+    (repeated / "config.json").write_text(json.dumps(config))
+    plain, tripled = load_curve(two_seeds / "seed_0", "eval/success_rate", "steps"), load_curve(repeated, "eval/success_rate", "steps")
+    np.testing.assert_array_equal(tripled.seeds[0][0], 3 * plain.seeds[0][0])
+    np.testing.assert_array_equal(tripled.seeds[0][1], plain.seeds[0][1])
+    assert "decisions x 3" in tripled.label and "decisions" not in plain.label
+    in_time = load_curve(repeated, "eval/success_rate", "time")  # wall time is wall time
+    assert "decisions" not in in_time.label
+
+
 def test_plot_names_the_metrics_it_has(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("plot", two_seeds, "--metric", "eval/sucess_rate", "-o", tmp_path / "x.png") == 2
     assert "eval/success_rate" in capsys.readouterr().err

@@ -34,17 +34,30 @@ def load_curve(run: Path, metric: str, x: str, label: str | None = None) -> Curv
     """The curves of the seed runs in ``run`` (a run folder or a folder of them)."""
     seeds = []
     columns: set[str] = set()
+    repeats = set()
     for seed_run in find_seed_runs(run):
         rows = read_progress(seed_run / "progress.csv")
         columns.update(*(r.keys() for r in rows))
         points = [(float(r[X_KEYS[x]]), float(r[metric])) for r in rows if r.get(metric) and r.get(X_KEYS[x])]
         if points:
             xs, ys = np.array(points).T
-            seeds.append((xs, ys))
+            repeat = action_repeat(seed_run) if x == "steps" else 1
+            repeats.add(repeat)
+            seeds.append((xs * repeat, ys))
     if not seeds:
         known = sorted(c for c in columns if c != X_KEYS[x]) or ["(progress.csv is empty)"]
         raise CLIError(f"{run} has no values of {metric!r}; its progress.csv has: {', '.join(known)}")
-    return Curve(label or _default_label(run), seeds)
+    label = label or _default_label(run)
+    if repeats != {1}:  # its steps are decisions: say how they became env steps
+        label += f" (env steps: decisions x {'/'.join(str(k) for k in sorted(repeats))})"
+    return Curve(label, seeds)
+
+
+def action_repeat(seed_run: Path) -> int:
+    """The run's ``env.action_repeat`` (1 without): each of its counted steps is that many env steps (the last
+    decision of an episode may hold fewer, so the product is an upper bound: 17 decisions make Fetch's 50 steps)."""
+    repeat = read_config(seed_run).env_kwargs.get("action_repeat", 1)
+    return repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1 else 1
 
 
 def _default_label(run: Path) -> str:
