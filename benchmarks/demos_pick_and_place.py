@@ -95,15 +95,11 @@ def run(args: argparse.Namespace) -> None:
 
 def median_curves(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]]:
     """Per variant: steps, median, min and max success over seeds (at the steps every seed has), and the seed count."""
-    by_variant: dict[str, dict[int, dict[int, float]]] = {}
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            seeds = by_variant.setdefault(row["variant"], {})
-            seeds.setdefault(int(row["seed"]), {})[int(row["step"])] = float(row["success_rate"])
     curves = {}
-    for variant, seeds in by_variant.items():
-        steps = sorted(set.intersection(*(set(c) for c in seeds.values())))
-        values = np.array([[c[s] for s in steps] for c in seeds.values()])
+    for variant, seeds in seed_curves(path).items():
+        by_step = [dict(zip(steps.tolist(), success)) for steps, success in seeds.values()]
+        steps = sorted(set.intersection(*(set(c) for c in by_step)))
+        values = np.array([[c[s] for s in steps] for c in by_step])
         curves[variant] = (np.array(steps), np.median(values, 0), values.min(0), values.max(0), len(seeds))
     return curves
 
@@ -135,9 +131,29 @@ def plot(args: argparse.Namespace) -> None:
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
     for variant, step in reached.items():
-        print(f"{variant}: median success >= {THRESHOLD} first at " + (f"{step:,} steps" if step else "never"))
-    if reached.get("plain") and reached.get("demos"):
-        print(f"demos need {reached['demos'] / reached['plain']:.2f} of the plain recipe's steps (goal: <= 0.33)")
+        last = int(curves[variant][0][-1])
+        print(f"{variant}: median success >= {THRESHOLD} first at " + (f"{step:,} steps" if step else f"none by {last:,}"))
+    for variant, seeds in seed_curves(Path(args.csv)).items():
+        firsts = {seed: first_step_at(*curve) for seed, curve in sorted(seeds.items())}
+        print(f"{variant}, each seed's first step at >= {THRESHOLD}: " + ", ".join(
+            f"seed {seed} {step:,}" if step else f"seed {seed} none by {int(seeds[seed][0][-1]):,}" for seed, step in firsts.items()))
+    demos, plain = reached.get("demos"), reached.get("plain")
+    if demos and plain:
+        print(f"demos need {demos / plain:.2f} of the plain recipe's steps (goal: <= 0.33)")
+    elif demos and "plain" in curves:  # the plain recipe needs more than it ran: the ratio is below demos / its last step
+        last = int(curves["plain"][0][-1])
+        print(f"demos need less than {demos / last:.2f} of the plain recipe's steps (it had not reached "
+              f"{THRESHOLD} by {last:,}; goal: <= 0.33)")
+
+
+def seed_curves(path: Path) -> dict[str, dict[int, tuple[np.ndarray, np.ndarray]]]:
+    """Per variant and seed: that seed's steps and success rates."""
+    out: dict[str, dict[int, dict[int, float]]] = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            out.setdefault(row["variant"], {}).setdefault(int(row["seed"]), {})[int(row["step"])] = float(row["success_rate"])
+    return {variant: {seed: (np.array(sorted(c)), np.array([c[k] for k in sorted(c)])) for seed, c in seeds.items()}
+            for variant, seeds in out.items()}
 
 
 def main() -> None:
