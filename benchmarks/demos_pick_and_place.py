@@ -126,7 +126,7 @@ def plot(args: argparse.Namespace) -> None:
     ax.axhline(THRESHOLD, color="gray", lw=0.8, ls="--")
     ax.set(xlabel="env steps", ylabel="eval success rate", title=f"{ENV}: learning with and without demonstrations",
            ylim=(-0.02, 1.02))
-    ax.legend(loc="lower right")
+    ax.legend(loc="center right")
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")

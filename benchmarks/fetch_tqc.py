@@ -17,7 +17,7 @@ Usage::
     python benchmarks/fetch_tqc.py curve --lib herl --steps 100000 --out runs/push_herl.csv
     python benchmarks/fetch_tqc.py curve --lib sb3 --steps 100000 --out runs/push_sb3.csv
     python benchmarks/fetch_tqc.py speed --steps 2000 --repeats 3
-    python benchmarks/fetch_tqc.py speed --net-arch 512 512 512 --batch-size 512
+    python benchmarks/fetch_tqc.py speed --net-arch 512 512 512 --batch-size 2048 --steps 40 --warmup 10  # the zoo's recipe
     python benchmarks/fetch_tqc.py plot runs/push_herl.csv runs/push_sb3.csv --out docs/images/push_side_by_side.png
 """
 
@@ -152,7 +152,7 @@ def speed(args: argparse.Namespace) -> None:
     for rep in range(args.repeats):
         for name, (lib, precision) in variants.items():
             model = make_model(lib, make_env(args.env), 0, argparse.Namespace(**{**vars(args), "precision": precision}))
-            model.learn(args.learning_starts + 100)
+            model.learn(args.learning_starts + args.warmup)
             start = time.perf_counter()
             model.learn(args.steps, reset_num_timesteps=False)
             rates[name].append(args.steps / (time.perf_counter() - start))
@@ -202,6 +202,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/fetch_tqc.csv")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=100,
+                        help="speed: env steps learned (one update each) after learning starts and before timing")
     # the recipe, the same for both libraries
     parser.add_argument("--net-arch", type=int, nargs="+", default=[256, 256])
     parser.add_argument("--batch-size", type=int, default=256)
