@@ -133,3 +133,15 @@ def test_a_preset_is_checked_by_the_rules_of_the_constructor_and_of_set(text: st
     with pytest.raises(CLIError, match=match):
         build_config(algo=preset.algo, env="herl/PointReach-v0", seed=0, goal_env=True, preset="mine",
                      layers=preset.layers(preset.algo))
+
+
+def test_policy_layer_norm_takes_true_false_or_critic() -> None:
+    assert config({"policy.layer_norm": True}).policy.to_policy_kwargs()["layer_norm"] is True
+    assert config({"policy.layer_norm": "critic"}, algo="tqc").policy.to_policy_kwargs()["layer_norm"] == "critic"
+    assert "layer_norm" not in config().policy.to_policy_kwargs()
+    c = config({"policy.layer_norm": "critic"})
+    assert TrainConfig.from_json(c.to_json()) == c
+    with pytest.raises(CLIError, match="policy.layer_norm must be true or false"):
+        config({"policy.layer_norm": "actor"})
+    with pytest.raises(CLIError, match="CrossQ.*batch-renormalized"):
+        config({"policy.layer_norm": True}, algo="crossq")

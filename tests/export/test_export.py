@@ -78,3 +78,15 @@ def test_herl_export_command(tmp_path, capsys):
     assert "inputs: observation float32[batch, 4], desired_goal float32[batch, 2]" in out and "checked" in out
     assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path / "p.pt")]) == 0
     assert "TorchScript" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("algo", [herl.SAC, herl.TD3], ids=lambda a: a.__name__)
+def test_onnx_of_a_layer_normalized_actor_equals_predict(algo, tmp_path):
+    model = _with_statistics(algo("MultiInputPolicy", PointReachEnv(dim=3), seed=0,
+                                  policy_kwargs=dict(net_arch=[32, 32], layer_norm=True)))
+    with torch.no_grad():  # scales and shifts away from 1 and 0, so a graph without them would differ
+        for name, p in model.actor.named_parameters():
+            if "norms" in name:
+                p.uniform_(0.5, 1.5)
+    path = model.export_onnx(tmp_path / "policy.onnx")
+    assert check_onnx(model, path, n_observations=1000) <= 1e-5

@@ -71,8 +71,9 @@ class CrossQ(SAC):
     default_net_arch = {"pi": (256, 256), "qf": (1024, 1024)}
     policy_options = {"batch_norm_momentum": 0.01, "batch_norm_eps": 0.001, "renorm_warmup_steps": 100_000}
 
-    def _build(self, generator: torch.Generator) -> None:
-        arch, options = self.policy_config, self.policy_config.options
+    @classmethod
+    def check_policy_config(cls, arch: PolicyConfig) -> None:
+        options = arch.options
         if not 0.0 < options["batch_norm_momentum"] <= 1.0:
             raise ValueError(f"policy_kwargs batch_norm_momentum must be in (0, 1], got {options['batch_norm_momentum']}")
         if not (options["batch_norm_eps"] > 0 and math.isfinite(options["batch_norm_eps"])) or options["renorm_warmup_steps"] < 0:
@@ -81,6 +82,12 @@ class CrossQ(SAC):
         if arch.precision != "float32":
             raise ValueError(f"policy_kwargs precision={arch.precision!r} is not supported by CrossQ (its batch-renormalized "
                              "layers run in float32): leave precision at 'float32', or use SAC or TQC")
+        if arch.layer_norm:
+            raise ValueError(f"policy_kwargs layer_norm={arch.layer_norm!r} is not supported by CrossQ (its layers are "
+                             "batch-renormalized): leave layer_norm off, or use SAC or TQC")
+
+    def _build(self, generator: torch.Generator) -> None:
+        arch, options = self.policy_config, self.policy_config.options
         norm = dict(momentum=options["batch_norm_momentum"], eps=options["batch_norm_eps"],
                     warmup_steps=options["renorm_warmup_steps"], activation=arch.activation, generator=generator)
         trunk = RenormMLP(self.obs_dim, 2 * self.action_dim, arch.actor_arch, **norm)

@@ -64,7 +64,7 @@ class DQN(OffPolicyAlgorithm):
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
         self.q_net = MLP(self.obs_dim, int(self.action_space.n), arch.critic_arch, activation=arch.activation,
-                         generator=generator)
+                         generator=generator, layer_norm=arch.critic_layer_norm)
         self.q_net_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.nets.update({"q_net": self.q_net, "q_net_target": self.q_net_target})
         self.exploration_rate = 0.0  # greedy until learn() sets it from the schedule (as SB3)

@@ -90,9 +90,11 @@ class SAC(OffPolicyAlgorithm):
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
         self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
-                                           generator=generator, squash_eps=self.config.squash_eps)
+                                           generator=generator, squash_eps=self.config.squash_eps,
+                                           layer_norm=arch.actor_layer_norm)
         self.critic = EnsembleMLP(self.obs_dim + self.action_dim, self.critic_outputs, arch.critic_arch,
-                                  n_members=arch.n_critics, activation=arch.activation, generator=generator)
+                                  n_members=arch.n_critics, activation=arch.activation, generator=generator,
+                                  layer_norm=arch.critic_layer_norm)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self._build_entropy_coefficient()
         self.nets.update({"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,

@@ -66,9 +66,9 @@ class TD3(OffPolicyAlgorithm):
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
         self.actor = DeterministicActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
-                                        generator=generator)
+                                        generator=generator, layer_norm=arch.actor_layer_norm)
         self.critic = EnsembleMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics,
-                                  activation=arch.activation, generator=generator)
+                                  activation=arch.activation, generator=generator, layer_norm=arch.critic_layer_norm)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.nets.update({"actor": self.actor, "critic": self.critic, "actor_target": self.actor_target,

@@ -148,6 +148,10 @@ SB2_DEFAULTS: dict[str, dict[str, Any]] = {
                  batch_size=128, train_freq=100, gradient_steps=50, tau=0.001, gamma=0.99),
 }
 SB2_LAYERS = [64, 64]  # SB2's MlpPolicy for DQN, DDPG, SAC and TD3
+SB2_POLICIES = {"MlpPolicy": ("MlpPolicy", {}), "LnMlpPolicy": ("MlpPolicy", {"layer_norm": True}),
+                "MultiInputPolicy": ("MultiInputPolicy", {})}
+"""The policy names HER takes: herl's policy and the policy kwargs each stands for (SB2's LnMlpPolicy: a layer norm
+before each hidden activation of the actor and the critics, or of DQN's Q-network)."""
 
 # SB2's keyword -> herl's (model hyperparameter, or "buffer:<name>" for the replay buffer), per model class
 _SB2_RENAMES: dict[str, dict[str, str]] = {
@@ -269,8 +273,16 @@ class HER:
         if "online_sampling" in kwargs:
             buffer_kwargs["online_sampling"] = kwargs.pop("online_sampling")
         buffer_kwargs.update(kwargs.pop("replay_buffer_kwargs", None) or {})
+        if policy not in SB2_POLICIES:
+            raise ValueError(f"unknown policy {policy!r}: use one of {sorted(SB2_POLICIES)} (SB2's CnnPolicy and "
+                             "policy classes are not supported)")
+        herl_policy, fixed = SB2_POLICIES[policy]
+        for key, value in fixed.items():
+            if kwargs["policy_kwargs"].setdefault(key, value) != value:
+                raise ValueError(f"{policy} sets policy_kwargs {key}={value!r}; got {key}="
+                                 f"{kwargs['policy_kwargs'][key]!r}: use MlpPolicy with it")
         self.policy = policy
-        self.model = model_class(policy, _unwrap_flat(env), replay_buffer_class=HerReplayBuffer,
+        self.model = model_class(herl_policy, _unwrap_flat(env), replay_buffer_class=HerReplayBuffer,
                                  replay_buffer_kwargs=buffer_kwargs, **kwargs)
 
     # ------------------------------------------------------------------ SB2 methods
@@ -385,7 +397,9 @@ class HER:
         if not issubclass(model.replay_buffer_class, HerReplayBuffer):
             raise ValueError(f"{load_path} holds a {type(model).__name__} without HER: load it with {type(model).__name__}.load")
         her = cls.__new__(cls)
-        her.model, her.model_class, her.policy = model, type(model), model.policy_name
+        her.model, her.model_class = model, type(model)
+        ln = model.policy_name == "MlpPolicy" and model.policy_config.layer_norm is True
+        her.policy = "LnMlpPolicy" if ln else model.policy_name
         her.n_sampled_goal = model.replay_buffer_kwargs.get("n_sampled_goal", 4)
         her.goal_selection_strategy = parse_strategy(model.replay_buffer_kwargs.get("goal_selection_strategy", "future"))
         return her

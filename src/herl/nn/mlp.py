@@ -10,6 +10,12 @@ Wider networks ([256]*3 and up, as the Fetch manipulation tasks need) are bound 
 matmuls on CPUs with AVX512-BF16 or AMX, and on recent GPUs); the first layer (the observations) and the
 last (Q-values, quantiles, action means) stay float32, as do the weights, gradients and optimizer state:
 mixed precision, see :func:`set_precision`.
+
+``layer_norm=True`` normalizes every hidden layer's pre-activations over its units, with a learned scale and
+shift (Ba et al. 2016), in the order Stable-Baselines' ``LnMlpPolicy`` uses: linear, layer norm, activation.
+Critics with layer norms are the usual companion of many updates per env step (the DroQ and BRO critics; mrl's
+DDPG for Fetch uses them too): they keep the features' scale fixed while the targets move. On FetchPush with
+herl's recipe they did not speed learning up (docs/benchmarks.md, FetchPush section 11).
 """
 
 from __future__ import annotations
@@ -43,8 +49,16 @@ def _uniform_(tensor: torch.Tensor, fan_in: int, generator: torch.Generator | No
         tensor.uniform_(-bound, bound, generator=generator)
 
 
+def _layer_norm(h: torch.Tensor, width: int, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Layer norm over the last axis (``width`` units: a Python int, so traced graphs keep it constant), then
+    ``h * weight + bias`` (weights cast to ``h``'s dtype)."""
+    h = nn.functional.layer_norm(h, (width,))
+    return torch.addcmul(bias.to(h.dtype), h, weight.to(h.dtype))
+
+
 class MLP(nn.Module):
-    """``in_dim -> hidden... -> out_dim`` with an activation between layers (none after the last)."""
+    """``in_dim -> hidden... -> out_dim`` with an activation between layers (none after the last);
+    ``layer_norm``: a layer norm before each hidden activation."""
 
     def __init__(
         self,
@@ -54,10 +68,12 @@ class MLP(nn.Module):
         *,
         activation: str | type[nn.Module] = "relu",
         generator: torch.Generator | None = None,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         dims = [in_dim, *hidden, out_dim]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for width in hidden) if layer_norm else None
         self.activation = activation_class(activation)()
         for layer in self.layers:
             _uniform_(layer.weight, layer.in_features, generator)
@@ -69,10 +85,15 @@ class MLP(nn.Module):
         dtype = self.hidden_dtype if len(hidden) > 1 else None
         for i, layer in enumerate(hidden):
             if i == 0 or dtype is None:
-                x = self.activation(layer(x))
-                x = x if dtype is None else x.to(dtype)
+                x = layer(x)
             else:
-                x = self.activation(nn.functional.linear(x, layer.weight.to(dtype), layer.bias.to(dtype)))
+                x = nn.functional.linear(x, layer.weight.to(dtype), layer.bias.to(dtype))
+            if self.norms is not None:
+                norm = self.norms[i]
+                x = _layer_norm(x, norm.normalized_shape[0], norm.weight, norm.bias)
+            x = self.activation(x)
+            if i == 0 and dtype is not None:
+                x = x.to(dtype)
         return last(x if dtype is None else x.float())
 
 
@@ -93,6 +114,7 @@ class EnsembleMLP(nn.Module):
         n_members: int = 2,
         activation: str | type[nn.Module] = "relu",
         generator: torch.Generator | None = None,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         if not hidden:
@@ -115,6 +137,9 @@ class EnsembleMLP(nn.Module):
             _uniform_(bias, a, generator)
             self.weights.append(nn.Parameter(w))
             self.biases.append(nn.Parameter(bias))
+        # layer_norm: each member's scale and shift per hidden layer, (members, 1, width)
+        self.norm_weights = nn.ParameterList(nn.Parameter(torch.ones(n_members, 1, w)) for w in hidden) if layer_norm else None
+        self.norm_biases = nn.ParameterList(nn.Parameter(torch.zeros(n_members, 1, w)) for w in hidden) if layer_norm else None
         self.hidden_dtype: torch.dtype | None = None  # see set_precision
 
     def forward(self, x: torch.Tensor, *, detach_params: bool = False) -> torch.Tensor:
@@ -124,17 +149,25 @@ class EnsembleMLP(nn.Module):
         actor's loss goes through the critic without computing gradients for the critic).
         """
         weights, biases = list(self.weights), list(self.biases)
+        norms = list(zip(self.norm_weights, self.norm_biases)) if self.norm_weights is not None else None
         if detach_params:
             weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
+            norms = [(w.detach(), b.detach()) for w, b in norms] if norms is not None else None
         h = torch.addmm(biases[0], x, weights[0])  # (batch, members * hidden)
-        h = self.activation(h).view(x.shape[0], self.n_members, -1).transpose(0, 1)
+        h = h.view(x.shape[0], self.n_members, -1).transpose(0, 1)
+        if norms is not None:
+            h = _layer_norm(h, self.dims[1], *norms[0])
+        h = self.activation(h)
         dtype = self.hidden_dtype if len(weights) > 2 else None
         if dtype is not None:
             h = h.to(dtype)
             weights[1:-1] = [w.to(dtype) for w in weights[1:-1]]
             biases[1:-1] = [b.to(dtype) for b in biases[1:-1]]
         for i in range(1, len(weights) - 1):
-            h = self.activation(torch.baddbmm(biases[i], h, weights[i]))
+            h = torch.baddbmm(biases[i], h, weights[i])
+            if norms is not None:
+                h = _layer_norm(h, self.dims[i + 1], *norms[i])
+            h = self.activation(h)
         return torch.baddbmm(biases[-1], h if dtype is None else h.float(), weights[-1])
 
     @torch.no_grad()
@@ -146,6 +179,11 @@ class EnsembleMLP(nn.Module):
         for i, layer in enumerate(mlp.layers[1:], start=1):
             self.weights[i][member] = layer.weight.T
             self.biases[i][member, 0] = layer.bias
+        if (self.norm_weights is None) != (mlp.norms is None):
+            raise ValueError("load_member_: one network has layer norms and the other does not")
+        for i, norm in enumerate(mlp.norms or ()):
+            self.norm_weights[i][member, 0] = norm.weight
+            self.norm_biases[i][member, 0] = norm.bias
 
 
 def set_precision(module: nn.Module, precision: str) -> None:

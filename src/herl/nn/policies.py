@@ -84,12 +84,14 @@ class SquashedGaussianActor(nn.Module):
     """SAC's policy: a Gaussian over pre-squash actions, squashed into [-1, 1] by tanh (Haarnoja et al. 2018, app. C)."""
 
     def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
-                 generator: torch.Generator | None = None, net: nn.Module | None = None, squash_eps: float = 0.0) -> None:
+                 generator: torch.Generator | None = None, net: nn.Module | None = None, squash_eps: float = 0.0,
+                 layer_norm: bool = False) -> None:
         """``net``: the network from inputs to the Gaussian's means and log standard deviations (``2 *
         action_dim`` outputs) instead of an :class:`MLP` (CrossQ's has batch renormalization).
         ``squash_eps``: see :attr:`herl.algorithms.sac.SACConfig.squash_eps`."""
         super().__init__()
-        self.net = net if net is not None else MLP(in_dim, 2 * action_dim, hidden, activation=activation, generator=generator)
+        self.net = net if net is not None else MLP(in_dim, 2 * action_dim, hidden, activation=activation, generator=generator,
+                                                   layer_norm=layer_norm)
         self.squash_eps = float(squash_eps)
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,9 +116,9 @@ class DeterministicActor(nn.Module):
     """DDPG/TD3's policy: an MLP with tanh output in [-1, 1]."""
 
     def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, layer_norm: bool = False) -> None:
         super().__init__()
-        self.net = MLP(in_dim, action_dim, hidden, activation=activation, generator=generator)
+        self.net = MLP(in_dim, action_dim, hidden, activation=activation, generator=generator, layer_norm=layer_norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(x))

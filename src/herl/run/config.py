@@ -8,7 +8,7 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.online_sampling``,
   ``her.copy_info_dict``, ``her.episode_priority``, ``her.goal_motion_scale``, ``her.goal_motion_weight``,
   ``her.motion_bonus``, ``her.motion_bonus_scale``;
-- ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
+- ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.layer_norm``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
   ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
 - ``eval.freq``, ``eval.episodes``, ``eval.deterministic``, ``eval.on_workers``; ``checkpoint.freq``, ``checkpoint.keep``;
@@ -77,6 +77,8 @@ class PolicySettings:
     """Activation between layers."""
     precision: str = "float32"
     """Dtype of the hidden-to-hidden matmuls: float32, or bfloat16 (mixed precision; weights stay float32)."""
+    layer_norm: bool | str = False
+    """Layer norm before each hidden activation: true (actor and critics), "critic" (critics only) or false."""
     n_critics: int | None = None
     """Critics in the ensemble; None: the algorithm's default (DDPG 1, TD3/SAC 2)."""
     n_quantiles: int | None = None
@@ -88,6 +90,8 @@ class PolicySettings:
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"activation_fn": self.activation_fn, "precision": self.precision}
+        if self.layer_norm:
+            kwargs["layer_norm"] = self.layer_norm
         if self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
         for name in ("n_critics", "n_quantiles", "batch_norm_momentum", "renorm_warmup_steps"):
@@ -364,14 +368,16 @@ def _check_algorithm_settings(algo: str, hyperparameters: Mapping[str, Any], pol
     cls = algorithm_class(algo)
     try:
         cls.config_class.from_kwargs(hyperparameters)
-        PolicyConfig.from_kwargs(policy.to_policy_kwargs(), cls.default_net_arch, cls.default_n_critics,
-                                 cls.policy_options)
+        cls.check_policy_config(PolicyConfig.from_kwargs(policy.to_policy_kwargs(), cls.default_net_arch,
+                                                         cls.default_n_critics, cls.policy_options))
     except (ValueError, TypeError) as err:
         raise CLIError(str(err)) from None
 
 
 def _coerce(value: Any, default: Any, key: str) -> Any:
     """Make a value read from text or TOML the type of the setting's default where that is unambiguous."""
+    if key == "policy.layer_norm" and value == "critic":  # true, false or "critic"
+        return value
     if isinstance(default, bool):
         if isinstance(value, list):  # clip_target = [low, high]
             return tuple(value)

@@ -111,6 +111,7 @@ class OffPolicyAlgorithm:
         self.config = self.config_class.from_kwargs(hyperparameters)
         self.policy_config = PolicyConfig.from_kwargs(policy_kwargs, self.default_net_arch, self.default_n_critics,
                                                  self.policy_options)
+        self.check_policy_config(self.policy_config)
         self.device = get_device(device)
         self.verbose = int(verbose)
         self.tensorboard_log = None if tensorboard_log is None else str(tensorboard_log)
@@ -174,6 +175,11 @@ class OffPolicyAlgorithm:
             self.replay_buffer = self._make_replay_buffer()
 
     # ------------------------------------------------------------------ what algorithms define
+    @classmethod
+    def check_policy_config(cls, policy_config: PolicyConfig) -> None:
+        """Raise ValueError for network settings this algorithm cannot build (also run by ``herl train`` before
+        any env is made)."""
+
     def _build(self, generator: torch.Generator) -> None:
         raise NotImplementedError
 

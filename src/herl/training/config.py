@@ -183,6 +183,17 @@ class PolicyConfig:
     """Dtype of the hidden-to-hidden matmuls of the actor and critics: ``"float32"``, or ``"bfloat16"`` (mixed
     precision: weights, gradients, optimizer state, inputs and outputs stay float32; 2-4x faster matmuls
     on CPUs with AVX512-BF16/AMX and on recent GPUs, slower where bfloat16 is emulated)."""
+    layer_norm: bool | str = False
+    """Layer norm before each hidden activation (:mod:`herl.nn.mlp`): ``True`` in the actor and the critics (Stable-
+    Baselines' ``LnMlpPolicy``), ``"critic"`` in the critics (Q-networks) only, ``False`` nowhere."""
+
+    @property
+    def actor_layer_norm(self) -> bool:
+        return self.layer_norm is True
+
+    @property
+    def critic_layer_norm(self) -> bool:
+        return self.layer_norm is True or self.layer_norm == "critic"
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any] | None, default_arch: Sequence[int] | Mapping[str, Sequence[int]],
@@ -222,12 +233,14 @@ class PolicyConfig:
             raise ValueError(f"unknown activation {activation!r}: use one of {sorted(ACTIVATIONS)}")
         n_critics = _plain(kwargs.pop("n_critics", default_n_critics), 1)
         precision = kwargs.pop("precision", "float32")
+        layer_norm = kwargs.pop("layer_norm", False)
         if kwargs.pop("use_sde", False):  # SB3 writes use_sde=False into policy_kwargs; only True is unsupported
             raise ValueError(SDE_REFUSAL)
         if kwargs:
-            known = ["net_arch", "activation_fn", "n_critics", "precision", *option_defaults]
+            known = ["net_arch", "activation_fn", "n_critics", "precision", "layer_norm", *option_defaults]
             raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: this algorithm reads {', '.join(known)}")
-        return cls(_arch(actor, "net_arch"), _arch(critic, "net_arch"), activation, n_critics, options, precision)
+        return cls(_arch(actor, "net_arch"), _arch(critic, "net_arch"), activation, n_critics, options, precision,
+                   layer_norm)
 
     def __post_init__(self) -> None:
         for name in ("actor_arch", "critic_arch"):
@@ -236,10 +249,14 @@ class PolicyConfig:
         if self.precision not in PRECISIONS:
             raise ConfigError("policy_kwargs", "precision", self.precision, f"one of {sorted(PRECISIONS)} (the "
                               "dtype of the hidden layers' matmuls; weights and optimizer state stay float32)")
+        if not (isinstance(self.layer_norm, bool) or self.layer_norm == "critic"):
+            raise ConfigError("policy_kwargs", "layer_norm", self.layer_norm, "True (actor and critics), 'critic' "
+                              "(critics only) or False")
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         return {"net_arch": {"pi": list(self.actor_arch), "qf": list(self.critic_arch)},
-                "activation_fn": self.activation, "n_critics": self.n_critics, "precision": self.precision, **self.options}
+                "activation_fn": self.activation, "n_critics": self.n_critics, "precision": self.precision,
+                "layer_norm": self.layer_norm, **self.options}
 
 
 
