@@ -16,6 +16,7 @@ from torch import nn
 
 from herl.errors import POSITIVE_INT, PROBABILITY, Rule, number
 from herl.nn.mlp import MLP
+from herl.nn.policies import DuelingQNetwork
 from herl.training.base import OffPolicyAlgorithm
 from herl.training.config import OffPolicyConfig
 
@@ -55,16 +56,20 @@ class DQNConfig(OffPolicyConfig):
 
 
 class DQN(OffPolicyAlgorithm):
-    """DQN for Discrete action spaces. See :class:`~herl.training.base.OffPolicyAlgorithm` for the arguments."""
+    """DQN for Discrete action spaces. See :class:`~herl.training.base.OffPolicyAlgorithm` for the arguments.
+    ``policy_kwargs`` also take ``dueling`` (default False, as SB3; Stable-Baselines' default is True): a
+    :class:`~herl.nn.policies.DuelingQNetwork` instead of one MLP."""
 
     config_class = DQNConfig
     default_net_arch = (64, 64)
     action_space_types = (spaces.Discrete,)
+    policy_options = {"dueling": False}
 
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
-        self.q_net = MLP(self.obs_dim, int(self.action_space.n), arch.critic_arch, activation=arch.activation,
-                         generator=generator, layer_norm=arch.critic_layer_norm)
+        network = DuelingQNetwork if arch.options["dueling"] else MLP
+        self.q_net = network(self.obs_dim, int(self.action_space.n), arch.critic_arch, activation=arch.activation,
+                             generator=generator, layer_norm=arch.critic_layer_norm)
         self.q_net_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.nets.update({"q_net": self.q_net, "q_net_target": self.q_net_target})
         self.exploration_rate = 0.0  # greedy until learn() sets it from the schedule (as SB3)

@@ -216,6 +216,8 @@ def sb2_kwargs(model_class: type, kwargs: dict[str, Any]) -> tuple[dict[str, Any
         else:
             model_kwargs[target] = _sb2_value(key, value)
     model_kwargs["policy_kwargs"] = _sb2_policy_kwargs(model_kwargs.get("policy_kwargs"))
+    if name == "DQN":  # SB2's DQN policies are dueling unless told otherwise
+        model_kwargs["policy_kwargs"].setdefault("dueling", True)
     return model_kwargs, buffer_kwargs
 
 

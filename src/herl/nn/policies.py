@@ -122,3 +122,19 @@ class DeterministicActor(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(x))
+
+
+class DuelingQNetwork(nn.Module):
+    """Dueling Q-values (Wang et al. 2016) in Stable-Baselines' form: a value stream ``V(s)`` and an advantage stream
+    ``A(s, .)``, each its own MLP from the observations with the hidden layers ``hidden``, combined as
+    ``Q(s, a) = V(s) + A(s, a) - mean_b A(s, b)``."""
+
+    def __init__(self, in_dim: int, n_actions: int, hidden: Sequence[int], *, activation: Any = "relu",
+                 generator: torch.Generator | None = None, layer_norm: bool = False) -> None:
+        super().__init__()
+        self.advantage = MLP(in_dim, n_actions, hidden, activation=activation, generator=generator, layer_norm=layer_norm)
+        self.value = MLP(in_dim, 1, hidden, activation=activation, generator=generator, layer_norm=layer_norm)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        advantage = self.advantage(x)
+        return self.value(x) + (advantage - advantage.mean(dim=1, keepdim=True))

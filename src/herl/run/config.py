@@ -8,7 +8,7 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.online_sampling``,
   ``her.copy_info_dict``, ``her.episode_priority``, ``her.goal_motion_scale``, ``her.goal_motion_weight``,
   ``her.motion_bonus``, ``her.motion_bonus_scale``;
-- ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.layer_norm``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; CrossQ's
+- ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.layer_norm``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; DQN's ``policy.dueling``; CrossQ's
   ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
 - ``eval.freq``, ``eval.episodes``, ``eval.deterministic``, ``eval.on_workers``; ``checkpoint.freq``, ``checkpoint.keep``;
@@ -83,6 +83,8 @@ class PolicySettings:
     """Critics in the ensemble; None: the algorithm's default (DDPG 1, TD3/SAC 2)."""
     n_quantiles: int | None = None
     """TQC: atoms per critic; None: 25."""
+    dueling: bool | None = None
+    """DQN: a dueling Q-network (value and advantage streams); None: off."""
     batch_norm_momentum: float | None = None
     """CrossQ: rate at which batch renormalization's running statistics move; None: 0.01."""
     renorm_warmup_steps: int | None = None
@@ -94,7 +96,7 @@ class PolicySettings:
             kwargs["layer_norm"] = self.layer_norm
         if self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
-        for name in ("n_critics", "n_quantiles", "batch_norm_momentum", "renorm_warmup_steps"):
+        for name in ("n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
         return kwargs
