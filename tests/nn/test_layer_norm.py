@@ -119,7 +119,7 @@ def test_sb2_ln_mlp_policy_is_mlp_policy_with_layer_norm(tmp_path):
     model.save(tmp_path / "ln")
     assert HER.load(tmp_path / "ln").policy == "LnMlpPolicy"
     dqn = HER("LnMlpPolicy", BitFlippingEnv(4), DQN, learning_starts=20, batch_size=16)
-    assert dqn.model.q_net.norms is not None
+    assert dqn.model.q_net.advantage.norms is not None and dqn.model.q_net.value.norms is not None  # dueling, as SB2
     with pytest.raises(ValueError, match="LnMlpPolicy sets policy_kwargs layer_norm=True"):
         HER("LnMlpPolicy", env, SAC, policy_kwargs=dict(layer_norm=False))
     with pytest.raises(ValueError, match="unknown policy 'CnnPolicy'"):
