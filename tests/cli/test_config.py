@@ -141,7 +141,7 @@ def test_policy_layer_norm_takes_true_false_or_critic() -> None:
     assert "layer_norm" not in config().policy.to_policy_kwargs()
     c = config({"policy.layer_norm": "critic"})
     assert TrainConfig.from_json(c.to_json()) == c
-    with pytest.raises(CLIError, match="policy.layer_norm must be true or false"):
+    with pytest.raises(CLIError, match="layer_norm='actor' is not allowed: layer_norm must be True .* 'critic'"):
         config({"policy.layer_norm": "actor"})
     with pytest.raises(CLIError, match="CrossQ.*batch-renormalized"):
         config({"policy.layer_norm": True}, algo="crossq")

@@ -77,8 +77,8 @@ class PolicySettings:
     """Activation between layers."""
     precision: str = "float32"
     """Dtype of the hidden-to-hidden matmuls: float32, or bfloat16 (mixed precision; weights stay float32)."""
-    layer_norm: bool | str = False
-    """Layer norm before each hidden activation: true (actor and critics), "critic" (critics only) or false."""
+    layer_norm: bool | str | None = None
+    """Layer norm before each hidden activation: true (actor and critics), "critic" (critics only) or false; None: off."""
     n_critics: int | None = None
     """Critics in the ensemble; None: the algorithm's default (DDPG 1, TD3/SAC 2)."""
     n_quantiles: int | None = None
@@ -92,11 +92,9 @@ class PolicySettings:
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"activation_fn": self.activation_fn, "precision": self.precision}
-        if self.layer_norm:
-            kwargs["layer_norm"] = self.layer_norm
         if self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
-        for name in ("n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps"):
+        for name in ("layer_norm", "n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
         return kwargs
@@ -378,8 +376,6 @@ def _check_algorithm_settings(algo: str, hyperparameters: Mapping[str, Any], pol
 
 def _coerce(value: Any, default: Any, key: str) -> Any:
     """Make a value read from text or TOML the type of the setting's default where that is unambiguous."""
-    if key == "policy.layer_norm" and value == "critic":  # true, false or "critic"
-        return value
     if isinstance(default, bool):
         if isinstance(value, list):  # clip_target = [low, high]
             return tuple(value)
