@@ -261,8 +261,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         her += f" + demos ({config.demos.path}, bc_loss_weight={config.hyperparameters.get('bc_loss_weight', 0.0)})"
     preset = f", preset {config.preset}" if config.preset else ""
     seeds = " ".join(str(c.seed) for c in configs)
-    print(f"herl train: {config.algo.upper()}{her} on {config.env}{preset}, {config.timesteps:,} steps, "
-          f"seed(s) {seeds} -> {run_dir}", flush=True)
+    repeat = config.env_kwargs.get("action_repeat", 1)
+    steps = (f"{config.timesteps:,} decisions (action repeat {repeat}: up to {config.timesteps * repeat:,} env steps)"
+             if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 1 else f"{config.timesteps:,} steps")
+    print(f"herl train: {config.algo.upper()}{her} on {config.env}{preset}, {steps}, seed(s) {seeds} -> {run_dir}",
+          flush=True)
     jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress})
             for c in configs]
     with _ray_for(args, config.workers):
@@ -569,9 +572,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         provider = next((p for p in PROVIDERS if any(e.startswith(p.prefixes) for e in preset.envs)), None)
         installed = provider is None or importlib.util.find_spec(provider.module) is not None
         needs = "" if installed else f"pip install 'herl[{provider.extra}]'"
-        steps = preset.common.get("timesteps", "")
-        rows.append([preset.name, ", ".join(preset.envs), preset.algo, f"{steps:,}" if steps else "", preset.description,
-                     needs])
+        settings = {**preset.common, **preset.per_algo.get(preset.algo, {})}  # what the default algorithm runs
+        steps, repeat = settings.get("timesteps"), settings.get("env.action_repeat", 1)
+        steps_text = "" if not steps else f"{steps:,}" + (f" decisions (x{repeat})" if repeat > 1 else "")
+        rows.append([preset.name, ", ".join(preset.envs) or "(--preset NAME)", preset.algo, steps_text,
+                     preset.description, needs])
     print("Envs with a preset (herl train --env ID uses the preset matching ID):")
     print(_indent(format_table(["preset", "env ids", "algo", "steps", "what", "needs"], rows)))
     print("\nAlgorithms (--algo):")

@@ -107,6 +107,7 @@ def test_a_run_trains_and_evaluates_with_the_repeat(tmp_path: Path, capsys: pyte
             "--set", "env.action_repeat=5", "--set", "eval.freq=300", "--set", "eval.episodes=2",
             "--set", "learning_starts=100"]
     assert main(["train", *args, "--run-dir", str(tmp_path)]) == 0
+    assert "300 decisions (action repeat 5: up to 1,500 env steps)" in capsys.readouterr().out  # what --timesteps counts
     import csv
     import json
 

@@ -3,6 +3,8 @@ a user keeps (weights, gradients, optimizer state, saved files, exported graphs)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from herl import SAC, TQC, CrossQ, HerReplayBuffer, evaluate_policy
 from herl.envs import PointReachEnv
 from herl.errors import ConfigError
 from herl.nn import MLP, EnsembleMLP
+from herl.nn import mlp as mlp_module
 from herl.nn.mlp import set_precision
 
 
@@ -74,7 +77,41 @@ def test_bfloat16_models_learn_save_and_load(algo, tmp_path):
 
 
 def test_bad_precision_is_refused():
-    with pytest.raises(ConfigError, match="precision.*bfloat16"):
+    with pytest.raises(ConfigError, match="precision.*bfloat16.*'auto'"):
         SAC("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(precision="float16"))
     with pytest.raises(ValueError, match="CrossQ.*float32"):
         CrossQ("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(precision="bfloat16"))
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["bf16-hardware", "no-bf16-hardware"])
+def test_auto_precision_picks_bfloat16_only_where_the_device_has_it_and_saves_the_choice(fast, monkeypatch, tmp_path):
+    monkeypatch.setattr(mlp_module, "has_fast_bfloat16", lambda device: fast)
+    model = TQC("MultiInputPolicy", PointReachEnv(), seed=0, device="cpu",
+                policy_kwargs=dict(net_arch=[32, 32], precision="auto"))
+    chosen = "bfloat16" if fast else "float32"
+    assert model.policy_config.precision == chosen
+    hidden = {m.hidden_dtype for m in model.nets.modules() if isinstance(m, (MLP, EnsembleMLP))}
+    assert hidden == {torch.bfloat16 if fast else None}
+    model.save(tmp_path / "m")
+    monkeypatch.setattr(mlp_module, "has_fast_bfloat16", lambda device: not fast)  # another machine loads it
+    assert TQC.load(tmp_path / "m").policy_config.precision == chosen  # what the model ran in, not re-chosen
+
+
+def test_auto_precision_is_float32_for_crossq_and_float32_stays_float32(monkeypatch):
+    monkeypatch.setattr(mlp_module, "has_fast_bfloat16", lambda device: True)
+    crossq = CrossQ("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(net_arch=[32, 32], precision="auto"))
+    assert crossq.policy_config.precision == "float32"
+    sac = SAC("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(net_arch=[32, 32]))
+    assert sac.policy_config.precision == "float32"
+
+
+def test_fast_bfloat16_check_answers_for_each_device_kind():
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():  # Linux says what the CPU has, independently of torch
+        flags = set(cpuinfo.read_text().split())
+        assert mlp_module.has_fast_bfloat16(torch.device("cpu")) is bool({"avx512_bf16", "amx_tile"} & flags)
+    assert mlp_module.has_fast_bfloat16(torch.device("meta")) is False
+    if torch.cuda.is_available():
+        assert mlp_module.has_fast_bfloat16(torch.device("cuda")) is (torch.cuda.get_device_capability() >= (8, 0))
+    assert mlp_module.resolve_precision("float32", torch.device("cpu")) == "float32"
+    assert mlp_module.resolve_precision("bfloat16", torch.device("meta")) == "bfloat16"  # only "auto" is resolved

@@ -28,6 +28,7 @@ from torch import nn
 from herl.algorithms.sac import SAC, SACConfig
 from herl.errors import POSITIVE_INT, ConfigError, Rule, number
 from herl.nn.batch_renorm import RenormMLP
+from herl.nn.mlp import AUTO_PRECISION
 from herl.nn.policies import SquashedGaussianActor
 
 
@@ -70,6 +71,7 @@ class CrossQ(SAC):
     config_class = CrossQConfig
     default_net_arch = {"pi": (256, 256), "qf": (1024, 1024)}
     policy_options = {"batch_norm_momentum": 0.01, "batch_norm_eps": 0.001, "renorm_warmup_steps": 100_000}
+    precisions = ("float32",)  # batch renormalization runs in float32; precision="auto" resolves to it
 
     @classmethod
     def check_policy_config(cls, arch: PolicyConfig) -> None:
@@ -79,9 +81,9 @@ class CrossQ(SAC):
         if not (options["batch_norm_eps"] > 0 and math.isfinite(options["batch_norm_eps"])) or options["renorm_warmup_steps"] < 0:
             raise ValueError("policy_kwargs batch_norm_eps must be > 0 and renorm_warmup_steps >= 0, got "
                              f"{options['batch_norm_eps']} and {options['renorm_warmup_steps']}")
-        if arch.precision != "float32":
+        if arch.precision not in (*cls.precisions, AUTO_PRECISION):
             raise ValueError(f"policy_kwargs precision={arch.precision!r} is not supported by CrossQ (its batch-renormalized "
-                             "layers run in float32): leave precision at 'float32', or use SAC or TQC")
+                             "layers run in float32): leave precision at 'float32' (or 'auto'), or use SAC or TQC")
         if arch.layer_norm:
             raise ValueError(f"policy_kwargs layer_norm={arch.layer_norm!r} is not supported by CrossQ (its layers are "
                              "batch-renormalized): leave layer_norm off, or use SAC or TQC")

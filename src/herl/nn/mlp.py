@@ -28,6 +28,9 @@ from torch import nn
 
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16}
 """The ``precision`` policy setting: the dtype of the hidden-to-hidden matmuls (None: float32)."""
+AUTO_PRECISION = "auto"
+"""The ``precision`` setting that picks bfloat16 where this machine multiplies in it natively, else float32
+(:func:`resolve_precision`)."""
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
 
@@ -184,6 +187,30 @@ class EnsembleMLP(nn.Module):
         for i, norm in enumerate(mlp.norms or ()):
             self.norm_weights[i][member, 0] = norm.weight
             self.norm_biases[i][member, 0] = norm.bias
+
+
+def has_fast_bfloat16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 matrices in hardware: a CPU with AVX512-BF16 or AMX, a CUDA GPU of
+    compute capability 8.0 (Ampere) or later. Elsewhere bfloat16 is emulated and gains nothing over float32."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        # torch.cpu's checks are private API (torch 2.1+): absent ones count as no
+        checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+        try:
+            return any(check() for check in checks if check is not None)
+        except RuntimeError:  # pragma: no cover - a build without the checks' backend
+            return False
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+    return False
+
+
+def resolve_precision(precision: str, device: torch.device, supported: tuple[str, ...] = tuple(PRECISIONS)) -> str:
+    """``precision`` with ``"auto"`` replaced: ``"bfloat16"`` where ``device`` has fast bfloat16 matmuls
+    (:func:`has_fast_bfloat16`) and ``supported`` allows it, else ``"float32"``; any other value as it is."""
+    if precision != AUTO_PRECISION:
+        return precision
+    return "bfloat16" if "bfloat16" in supported and has_fast_bfloat16(device) else "float32"
 
 
 def set_precision(module: nn.Module, precision: str) -> None:

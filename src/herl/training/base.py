@@ -14,6 +14,7 @@ The loop that touches the environment is :func:`herl.training.loop.run`, the onl
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections import deque
@@ -28,7 +29,7 @@ from torch import nn
 from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, ReplayBuffer
 from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, as_integer, check, integer
-from herl.nn.mlp import set_precision
+from herl.nn.mlp import PRECISIONS, resolve_precision, set_precision
 from herl.nn.policies import ObservationEncoder
 from herl.training.config import SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
@@ -82,6 +83,8 @@ class OffPolicyAlgorithm:
     policy_options: ClassVar[Mapping[str, Any]] = {}
     """Policy kwargs the algorithm reads beyond ``net_arch``, ``activation_fn`` and ``n_critics``, with defaults."""
     action_space_types: ClassVar[tuple[type, ...]] = (spaces.Box,)
+    precisions: ClassVar[tuple[str, ...]] = tuple(PRECISIONS)
+    """The ``precision`` policy settings the algorithm can run in (``"auto"`` picks among them)."""
 
     def __init__(
         self,
@@ -113,6 +116,8 @@ class OffPolicyAlgorithm:
                                                  self.policy_options)
         self.check_policy_config(self.policy_config)
         self.device = get_device(device)
+        precision = resolve_precision(self.policy_config.precision, self.device, self.precisions)
+        self.policy_config = dataclasses.replace(self.policy_config, precision=precision)  # saved as resolved
         self.verbose = int(verbose)
         self.tensorboard_log = None if tensorboard_log is None else str(tensorboard_log)
         self.action_noise = action_noise

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ConfigError, Rule, check, check_fields, integer, number
-from herl.nn.mlp import ACTIVATIONS, PRECISIONS
+from herl.nn.mlp import ACTIVATIONS, AUTO_PRECISION, PRECISIONS
 
 
 SDE_REFUSAL = (
@@ -182,7 +182,9 @@ class PolicyConfig:
     precision: str = "float32"
     """Dtype of the hidden-to-hidden matmuls of the actor and critics: ``"float32"``, or ``"bfloat16"`` (mixed
     precision: weights, gradients, optimizer state, inputs and outputs stay float32; 2-4x faster matmuls
-    on CPUs with AVX512-BF16/AMX and on recent GPUs, slower where bfloat16 is emulated)."""
+    on CPUs with AVX512-BF16/AMX and on recent GPUs, slower where bfloat16 is emulated), or ``"auto"``:
+    bfloat16 where the model's device has it in hardware, else float32 (the model resolves it when it is made,
+    and saves what it chose)."""
     layer_norm: bool | str = False
     """Layer norm before each hidden activation (:mod:`herl.nn.mlp`): ``True`` in the actor and the critics (Stable-
     Baselines' ``LnMlpPolicy``), ``"critic"`` in the critics (Q-networks) only, ``False`` nowhere."""
@@ -246,9 +248,10 @@ class PolicyConfig:
         for name in ("actor_arch", "critic_arch"):
             _arch(getattr(self, name), name)
         check("policy_kwargs", "n_critics", self.n_critics, POSITIVE_INT)
-        if self.precision not in PRECISIONS:
+        if self.precision not in (*PRECISIONS, AUTO_PRECISION):
             raise ConfigError("policy_kwargs", "precision", self.precision, f"one of {sorted(PRECISIONS)} (the "
-                              "dtype of the hidden layers' matmuls; weights and optimizer state stay float32)")
+                              "dtype of the hidden layers' matmuls; weights and optimizer state stay float32), or "
+                              f"{AUTO_PRECISION!r} (bfloat16 where the device has it in hardware)")
         if not (isinstance(self.layer_norm, bool) or self.layer_norm == "critic"):
             raise ConfigError("policy_kwargs", "layer_norm", self.layer_norm, "True (actor and critics), 'critic' "
                               "(critics only) or False")
