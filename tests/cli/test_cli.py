@@ -455,6 +455,9 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("bit_flipping", "point_reach", "fetch_reach", "fetch_push", "panda_reach", "sac", "dqn", "future",
                  "episode"):
         assert name in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "85,000 decisions (x3)" in rows["fetch_push"]  # its TQC table's steps, which count decisions
+    assert "(--preset NAME)" in rows["fetch_push_demos"] and "100,000" in rows["fetch_push_demos"]
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,12 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
                          "desired_goal": spaces.Box(-1, 1, (3,))})
     model = algorithm_class(algo)("MultiInputPolicy", observation_space=space, action_space=spaces.Box(-1, 1, (4,)),
                                   policy_kwargs=c.policy.to_policy_kwargs(), **c.hyperparameters)
-    assert model.config.clip_target is True and model.policy_config.critic_arch == (256, 256)
+    wide = (name, algo) == ("fetch_push", "tqc")  # docs/benchmarks.md §11-12's recipe, with action repeat
+    assert model.config.clip_target is True
+    assert model.policy_config.critic_arch == ((512, 512, 512) if wide else (256, 256))
+    assert c.env_kwargs == ({"action_repeat": 3} if wide else {})
+    assert model.config.n_steps == (3 if wide else 1)
+    assert c.policy.precision == ("auto" if wide else "float32")
     assert model.policy_config.options == ({"n_quantiles": 25} if algo == "tqc" else
                                            {"batch_norm_momentum": 0.01, "batch_norm_eps": 0.001,
                                             "renorm_warmup_steps": 10_000})
@@ -145,3 +150,12 @@ def test_policy_layer_norm_takes_true_false_or_critic() -> None:
         config({"policy.layer_norm": "actor"})
     with pytest.raises(CLIError, match="CrossQ.*batch-renormalized"):
         config({"policy.layer_norm": True}, algo="crossq")
+
+
+def test_the_demonstrations_preset_is_chosen_by_name_only_and_records_the_scripted_expert() -> None:
+    assert preset_for_env("FetchPush-v4").name == "fetch_push"
+    preset = get_preset("fetch_push_demos")
+    c = build_config(algo="tqc", env="FetchPush-v4", seed=0, goal_env=True, preset=preset.name,
+                     layers=preset.layers("tqc"))
+    assert c.demos is not None and c.demos.path == "scripted" and c.hyperparameters["bc_loss_weight"] == 1.0
+    assert c.policy.net_arch == (256, 256, 256) and c.env_kwargs == {} and c.timesteps == 100_000
