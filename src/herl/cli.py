@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from herl.run.envs import action_repeat
     from herl.run.train import find_seed_runs, read_config, resume_run, run_parallel
 
     if args.resume is not None:
@@ -261,9 +262,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         her += f" + demos ({config.demos.path}, bc_loss_weight={config.hyperparameters.get('bc_loss_weight', 0.0)})"
     preset = f", preset {config.preset}" if config.preset else ""
     seeds = " ".join(str(c.seed) for c in configs)
-    repeat = config.env_kwargs.get("action_repeat", 1)
+    repeat = action_repeat(config.env_kwargs)
     steps = (f"{config.timesteps:,} decisions (action repeat {repeat}: up to {config.timesteps * repeat:,} env steps)"
-             if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 1 else f"{config.timesteps:,} steps")
+             if repeat > 1 else f"{config.timesteps:,} steps")
     print(f"herl train: {config.algo.upper()}{her} on {config.env}{preset}, {steps}, seed(s) {seeds} -> {run_dir}",
           flush=True)
     jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress})
@@ -564,7 +565,7 @@ ALGORITHMS = {
 def _cmd_list(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from herl.run.envs import PROVIDERS
+    from herl.run.envs import PROVIDERS, action_repeat
     from herl.run.presets import load_presets
 
     rows = []
@@ -573,7 +574,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         installed = provider is None or importlib.util.find_spec(provider.module) is not None
         needs = "" if installed else f"pip install 'herl[{provider.extra}]'"
         settings = {**preset.common, **preset.per_algo.get(preset.algo, {})}  # what the default algorithm runs
-        steps, repeat = settings.get("timesteps"), settings.get("env.action_repeat", 1)
+        env_kwargs = {k.removeprefix("env."): v for k, v in settings.items() if k.startswith("env.")}
+        steps, repeat = settings.get("timesteps"), action_repeat(env_kwargs)
         steps_text = "" if not steps else f"{steps:,}" + (f" decisions (x{repeat})" if repeat > 1 else "")
         rows.append([preset.name, ", ".join(preset.envs) or "(--preset NAME)", preset.algo, steps_text,
                      preset.description, needs])

@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +127,14 @@ def _importable(module: str) -> bool:
 ACTION_REPEAT = "action_repeat"
 """``env.action_repeat=k``: not an argument of the env (unless its constructor takes one) but herl's
 :class:`~herl.envs.ActionRepeat` around it, in every env a run makes (training, evaluation, ``herl eval``, workers)."""
+
+
+def action_repeat(env_kwargs: Mapping[str, Any]) -> int:
+    """The env steps each counted step of a run with ``env_kwargs`` holds: its ``action_repeat`` (1 without, or for
+    a value that is not a repeat, which :func:`make_env` refuses). The last decision of an episode may hold fewer,
+    so steps times this is an upper bound (17 decisions make Fetch's 50 steps)."""
+    repeat = env_kwargs.get(ACTION_REPEAT, 1)
+    return repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1 else 1
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mode: str | None = None) -> gym.Env:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from herl.run.envs import action_repeat
 from herl.run.errors import CLIError, MissingExtraError
 from herl.run.runlog import STEP_KEY, WALL_KEY
 from herl.run.train import find_seed_runs, read_config
@@ -41,7 +42,7 @@ def load_curve(run: Path, metric: str, x: str, label: str | None = None) -> Curv
         points = [(float(r[X_KEYS[x]]), float(r[metric])) for r in rows if r.get(metric) and r.get(X_KEYS[x])]
         if points:
             xs, ys = np.array(points).T
-            repeat = action_repeat(seed_run) if x == "steps" else 1
+            repeat = action_repeat(read_config(seed_run).env_kwargs) if x == "steps" else 1
             repeats.add(repeat)
             seeds.append((xs * repeat, ys))
     if not seeds:
@@ -51,13 +52,6 @@ def load_curve(run: Path, metric: str, x: str, label: str | None = None) -> Curv
     if repeats != {1}:  # its steps are decisions: say how they became env steps
         label += f" (env steps: decisions x {'/'.join(str(k) for k in sorted(repeats))})"
     return Curve(label, seeds)
-
-
-def action_repeat(seed_run: Path) -> int:
-    """The run's ``env.action_repeat`` (1 without): each of its counted steps is that many env steps (the last
-    decision of an episode may hold fewer, so the product is an upper bound: 17 decisions make Fetch's 50 steps)."""
-    repeat = read_config(seed_run).env_kwargs.get("action_repeat", 1)
-    return repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1 else 1
 
 
 def _default_label(run: Path) -> str:
