@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+from herl.utils import denormals_flushed
+
 ONE_THREAD_FOLDERS = {"algorithms", "demos", "export"}
 
 
@@ -14,3 +16,12 @@ def one_torch_thread(request: pytest.FixtureRequest):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def denormal_setting_restored():
+    """A run started in the test process (herl train's functions) flushes denormals for the process: put the setting
+    back, so each test sees the one it started with."""
+    before = denormals_flushed()
+    yield
+    torch.set_flush_denormal(before)

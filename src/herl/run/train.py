@@ -431,8 +431,15 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
         return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval)
 
 
-def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
+def _set_up_process(config: TrainConfig) -> None:
+    """The process-wide torch settings of a run: its thread count, and denormal floats flushed to zero, set before
+    torch starts its worker threads, which copy it then (see :func:`herl.utils.flush_denormals`)."""
+    torch.set_flush_denormal(True)
     torch.set_num_threads(config.threads)
+
+
+def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
+    _set_up_process(config)
     config = _record_scripted_demos(config, run_dir)
     env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
     model = build_model(config, env)
@@ -477,7 +484,7 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
         if checkpoint.step >= config.timesteps and summary_path.exists():
             with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
                 return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
-        torch.set_num_threads(config.threads)
+        _set_up_process(config)
         env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
         try:
             model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)

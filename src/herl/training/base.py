@@ -35,7 +35,7 @@ from herl.training.config import SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
 from herl.training.logger import Logger
 from herl.training.noise import ActionNoise
-from herl.utils import get_device
+from herl.utils import flush_denormals, get_device
 
 POLICIES = ("MultiInputPolicy", "MlpPolicy")
 # Updates between two checks that the losses are finite (each check is one device sync; see check_losses).
@@ -418,9 +418,10 @@ class OffPolicyAlgorithm:
         total_timesteps = as_integer(type(self).__name__, "total_timesteps", total_timesteps, NON_NEGATIVE_INT)
         check_demonstrations(self, self.replay_buffer)  # the buffer may have been replaced since construction
         check(type(self).__name__, "log_interval", log_interval, integer(0, also=(None,)))
-        return run(self, total_timesteps, callback=callback, log_interval=log_interval,
-                   tb_log_name=tb_log_name or type(self).__name__, reset_num_timesteps=reset_num_timesteps,
-                   progress_bar=progress_bar)
+        with flush_denormals():  # Adam's moments decay into denormals, which CPUs compute with slowly
+            return run(self, total_timesteps, callback=callback, log_interval=log_interval,
+                       tb_log_name=tb_log_name or type(self).__name__, reset_num_timesteps=reset_num_timesteps,
+                       progress_bar=progress_bar)
 
     def train(self, gradient_steps: int, batch_size: int | None = None) -> None:
         """``gradient_steps`` updates on batches from the replay buffer."""
