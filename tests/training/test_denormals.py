@@ -11,7 +11,7 @@ import torch
 from herl import SAC, HerReplayBuffer
 from herl.envs import PointReachEnv
 from herl.run.config import build_config
-from herl.run.train import start_run
+from herl.run.train import resume_run, start_run
 from herl.training.callbacks import BaseCallback
 from herl.utils import denormals_flushed, flush_denormals
 
@@ -73,10 +73,23 @@ def test_learn_puts_the_setting_back_when_it_fails(flush_off) -> None:
     assert not denormals_flushed()
 
 
-def test_a_run_flushes_for_its_process(flush_off, tmp_path: Path) -> None:
-    """herl train sets it before the run's torch threads start (they copy it then), and leaves it for the process."""
+def test_a_run_flushes_while_it_trains_and_puts_the_callers_setting_back(flush_off, tmp_path: Path) -> None:
+    """herl train sets it before the run's torch threads start (they copy it then); the thread that started the run
+    gets its own setting back when the run ends or fails (a leak once broke hypothesis's float strategies in the
+    test process: they refuse to run where subnormal floats flush to zero)."""
     config = build_config(algo="sac", env="herl/PointReach-v0", seed=0, goal_env=True, preset=None,
                           layers=[("--set", {"timesteps": 100, "learning_starts": 50, "batch_size": 16,
-                                             "policy.net_arch": [16], "eval.freq": 0})])
-    start_run(config, tmp_path / "run", progress="off")
-    assert denormals_flushed()
+                                             "policy.net_arch": [16], "eval.freq": 50, "eval.episodes": 1})])
+    seen: list[bool] = []
+    start_run(config, tmp_path / "run", progress="off", on_eval=lambda metrics: seen.append(denormals_flushed()))
+    assert seen and all(seen)
+    assert not denormals_flushed()
+
+    def fail(metrics: dict[str, float]) -> None:
+        raise RuntimeError("on_eval failed")
+
+    with pytest.raises(RuntimeError, match="on_eval failed"):
+        start_run(config, tmp_path / "failed", progress="off", on_eval=fail)
+    assert not denormals_flushed()
+    resume_run(tmp_path / "run", timesteps=150, progress="off")
+    assert not denormals_flushed()

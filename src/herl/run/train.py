@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ from herl.run.errors import CLIError, Interrupted
 from herl.run.progress import Progress
 from herl.run.runlog import RunLogger, open_run_logger
 from herl.training.callbacks import BaseCallback
+from herl.utils import denormals_flushed
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
@@ -431,15 +432,27 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
         return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval)
 
 
-def _set_up_process(config: TrainConfig) -> None:
-    """The process-wide torch settings of a run: its thread count, and denormal floats flushed to zero, set before
-    torch starts its worker threads, which copy it then (see :func:`herl.utils.flush_denormals`)."""
+@contextlib.contextmanager
+def _run_settings(config: TrainConfig) -> Iterator[None]:
+    """The torch settings of a run: its thread count, and denormal floats flushed to zero from before torch starts
+    its worker threads (they copy the setting when they start: see :func:`herl.utils.flush_denormals`). The calling
+    thread's denormal setting is put back when the run ends, so a run started from Python (or a test) leaves its
+    caller's float arithmetic as it was; worker threads started during the run keep flushing."""
+    before = denormals_flushed()
     torch.set_flush_denormal(True)
     torch.set_num_threads(config.threads)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(before)
 
 
 def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
-    _set_up_process(config)
+    with _run_settings(config):
+        return _start_in(config, run_dir, progress=progress, position=position, on_eval=on_eval)
+
+
+def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
     config = _record_scripted_demos(config, run_dir)
     env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
     model = build_model(config, env)
@@ -484,14 +497,14 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
         if checkpoint.step >= config.timesteps and summary_path.exists():
             with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
                 return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
-        _set_up_process(config)
-        env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
-        try:
-            model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)
-            return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
-                          progress_mode=progress, position=position, on_eval=on_eval)
-        finally:
-            env.close()
+        with _run_settings(config):
+            env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
+            try:
+                model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)
+                return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
+                              progress_mode=progress, position=position, on_eval=on_eval)
+            finally:
+                env.close()
 
 
 SCRIPTED = "scripted"
