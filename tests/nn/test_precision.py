@@ -115,3 +115,21 @@ def test_fast_bfloat16_check_answers_for_each_device_kind():
         assert mlp_module.has_fast_bfloat16(torch.device("cuda")) is (torch.cuda.get_device_capability() >= (8, 0))
     assert mlp_module.resolve_precision("float32", torch.device("cpu")) == "float32"
     assert mlp_module.resolve_precision("bfloat16", torch.device("meta")) == "bfloat16"  # only "auto" is resolved
+
+
+@pytest.mark.parametrize("algo, fast, says", [
+    ("sac", True, "chose bfloat16 (this machine multiplies in it natively)"),
+    ("sac", False, "chose float32: no native bfloat16 matmuls here"),
+    ("crossq", True, "chose float32 (CrossQ runs in float32 only)"),
+])
+def test_herl_train_says_what_auto_precision_chose(algo, fast, says, monkeypatch, tmp_path, capsys):
+    """A run's speed differs ~2x between the two precisions, so herl train says which one 'auto' picked and why."""
+    from herl.run.config import build_config
+    from herl.run.train import start_run
+
+    monkeypatch.setattr(mlp_module, "has_fast_bfloat16", lambda device: fast)
+    config = build_config(algo=algo, env="herl/PointReach-v0", seed=0, goal_env=True, preset=None,
+                          layers=[("--set", {"timesteps": 40, "learning_starts": 20, "batch_size": 8,
+                                             "policy.net_arch": [8, 8], "policy.precision": "auto", "eval.freq": 0})])
+    start_run(config, tmp_path / "run", progress="off")
+    assert f"herl train: note: policy.precision=auto {says}" in capsys.readouterr().err
