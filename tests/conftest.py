@@ -20,8 +20,8 @@ def one_torch_thread(request: pytest.FixtureRequest):
 
 @pytest.fixture(autouse=True)
 def denormal_setting_restored():
-    """A run started in the test process (herl train's functions) flushes denormals for the process: put the setting
-    back, so each test sees the one it started with."""
+    """learn and herl train's runs flush denormals while they run and put the setting back; should anything leave it
+    changed, each test still starts with the setting the one before it started with."""
     before = denormals_flushed()
     yield
     torch.set_flush_denormal(before)

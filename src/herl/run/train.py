@@ -44,7 +44,7 @@ from herl.run.errors import CLIError, Interrupted
 from herl.run.progress import Progress
 from herl.run.runlog import RunLogger, open_run_logger
 from herl.training.callbacks import BaseCallback
-from herl.utils import denormals_flushed
+from herl.utils import flush_denormals
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
@@ -435,16 +435,11 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
 @contextlib.contextmanager
 def _run_settings(config: TrainConfig) -> Iterator[None]:
     """The torch settings of a run: its thread count, and denormal floats flushed to zero from before torch starts
-    its worker threads (they copy the setting when they start: see :func:`herl.utils.flush_denormals`). The calling
-    thread's denormal setting is put back when the run ends, so a run started from Python (or a test) leaves its
-    caller's float arithmetic as it was; worker threads started during the run keep flushing."""
-    before = denormals_flushed()
-    torch.set_flush_denormal(True)
-    torch.set_num_threads(config.threads)
-    try:
+    its worker threads (they copy the setting when they start: see :func:`herl.utils.flush_denormals`, which puts the
+    calling thread's setting back when the run ends; worker threads started during the run keep flushing)."""
+    with flush_denormals():
+        torch.set_num_threads(config.threads)
         yield
-    finally:
-        torch.set_flush_denormal(before)
 
 
 def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
