@@ -8,7 +8,8 @@ Importing this module registers:
 - ``herl/PointReach-v0``: :class:`PointReachEnv` inside gymnasium's ``TimeLimit(50)``, like Fetch; the env's own
   limit is switched off, so ``gym.make(..., max_episode_steps=k)`` sets the episode length (see the class docstring).
 
-:class:`ActionRepeat` applies each action for several env steps (``--set env.action_repeat=k`` on the command line).
+:class:`ActionRepeat` applies each action for several env steps (``--set env.action_repeat=k`` on the command line);
+:class:`TimeFeature` appends the share of the time limit left to the observation (``--set env.time_feature=true``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from herl.envs.action_repeat import ActionRepeat
 from herl.envs.bit_flipping import BitFlippingEnv
 from herl.envs.checks import GoalEnvError, GoalEnvWarning, check_goal_env
 from herl.envs.point_reach import PointReachEnv
+from herl.envs.time_feature import TimeFeature
 
-__all__ = ["ActionRepeat", "BitFlippingEnv", "GoalEnvError", "GoalEnvWarning", "PointReachEnv", "check_goal_env"]
+__all__ = ["ActionRepeat", "BitFlippingEnv", "GoalEnvError", "GoalEnvWarning", "PointReachEnv", "TimeFeature",
+           "check_goal_env"]
 
 
 def _register_envs() -> None:

@@ -137,17 +137,29 @@ def action_repeat(env_kwargs: Mapping[str, Any]) -> int:
     return repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1 else 1
 
 
+TIME_FEATURE = "time_feature"
+"""``env.time_feature=true``: not an argument of the env (unless its constructor takes one) but herl's
+:class:`~herl.envs.TimeFeature` around it (inside any action repeat), in every env a run makes."""
+
+
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mode: str | None = None) -> gym.Env:
     """``gym.make(env_id, **env_kwargs)``, with an error naming the accepted arguments when one is wrong; an
-    ``action_repeat`` entry wraps the env in :class:`~herl.envs.ActionRepeat` instead (see :data:`ACTION_REPEAT`)."""
+    ``action_repeat`` entry wraps the env in :class:`~herl.envs.ActionRepeat` instead (see :data:`ACTION_REPEAT`),
+    a ``time_feature`` entry in :class:`~herl.envs.TimeFeature` (see :data:`TIME_FEATURE`)."""
     env_id = resolve_env_id(env_id)
     kwargs = dict(env_kwargs or {})
-    repeat = 1
-    if ACTION_REPEAT in kwargs and ACTION_REPEAT not in constructor_arguments(env_id):
+    repeat, time_feature = 1, False
+    own = constructor_arguments(env_id) if {ACTION_REPEAT, TIME_FEATURE} & set(kwargs) else []
+    if ACTION_REPEAT in kwargs and ACTION_REPEAT not in own:
         repeat = kwargs.pop(ACTION_REPEAT)
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
             raise CLIError(f"env.{ACTION_REPEAT} must be an integer >= 1 (each action applied for that many env "
                            f"steps; 1: off), got {repeat!r}")
+    if TIME_FEATURE in kwargs and TIME_FEATURE not in own:
+        time_feature = kwargs.pop(TIME_FEATURE)
+        if not isinstance(time_feature, bool):
+            raise CLIError(f"env.{TIME_FEATURE} must be true or false (append the share of the time limit left to "
+                           f"the observation), got {time_feature!r}")
     env_kwargs = kwargs.copy()
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
@@ -167,6 +179,15 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
             f"{env_id} rejected {given or 'its arguments'} ({err}); its constructor takes: "
             f"{', '.join(params) or 'no arguments'} (set them with --set env.NAME=VALUE)"
         ) from err
+    if time_feature:
+        from herl.envs.time_feature import TimeFeature
+
+        try:
+            env = TimeFeature(env)
+        except ValueError as err:
+            env.close()
+            raise CLIError(f"env.{TIME_FEATURE}=true on {env_id}: {err} (on the command line: --set "
+                           f"env.max_episode_steps=N)") from err
     if repeat == 1:
         return env
     from herl.envs.action_repeat import ActionRepeat
