@@ -2,14 +2,15 @@
 
 ``policy.precision=bfloat16`` rounds the inputs of the hidden layers' matmuls to 8 bits of mantissa. What the
 actor learns from is the critic's gradient with respect to the action, so this loads a checkpoint of a run
-(``model.zip`` and ``replay_buffer.zip``, as ``herl train`` writes them under ``checkpoints/step_*``), draws a batch
+(``model.zip`` and ``replay_buffer.zip``, as ``herl train`` writes them under ``checkpoints/step_*``) with the env
+its run made (the run's ``config.json``: env id, action repeat, time feature), draws a batch
 from its buffer (with hindsight goals, as an update does), takes the actor's deterministic actions, and evaluates
 the critic's mean value and its action gradient once with float32 matmuls and once with bfloat16 ones. It prints the
 mean and largest Q difference, and the cosine similarity and relative error of the gradients.
 
 Usage::
 
-    python benchmarks/precision_check.py runs/push/seed_0/checkpoints/step_000000051000 --env FetchPush-v4
+    python benchmarks/precision_check.py runs/push/seed_0/checkpoints/step_000000051000
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import torch
 
 from herl.nn.mlp import set_precision
 from herl.run.envs import make_env
+from herl.run.train import read_config
+from herl.training.base import OffPolicyAlgorithm
 
 
 def critic_and_gradient(model, x: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,17 +35,13 @@ def critic_and_gradient(model, x: torch.Tensor, actions: torch.Tensor) -> tuple[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", type=Path, help="a folder with model.zip and replay_buffer.zip")
-    parser.add_argument("--env", default="FetchPush-v4")
-    parser.add_argument("--algo", default="tqc", help="the class the model was saved from: tqc, sac, td3, ddpg")
+    parser.add_argument("checkpoint", type=Path, help="a run's checkpoint: RUN/checkpoints/step_N")
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    import herl
-
-    cls = {"tqc": herl.TQC, "sac": herl.SAC, "td3": herl.TD3, "ddpg": herl.DDPG}[args.algo]
-    model = cls.load(args.checkpoint / "model.zip", env=make_env(args.env))
+    config = read_config(args.checkpoint.parent.parent)
+    model = OffPolicyAlgorithm.load(args.checkpoint / "model.zip", env=make_env(config.env, dict(config.env_kwargs)))
     model.load_replay_buffer(args.checkpoint / "replay_buffer.zip")
     torch.manual_seed(args.seed)
     batch = model.replay_buffer.sample(args.batch)

@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -42,12 +41,13 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=10_000)
     args = parser.parse_args()
 
-    from herl.run.config import algorithm_class
     from herl.run.envs import make_env
+    from herl.run.train import read_config
+    from herl.training.base import OffPolicyAlgorithm
 
-    config = json.loads((run_folder(args.model) / "config.json").read_text())
-    env = make_env(config["env"], config.get("env_kwargs") or {})
-    model = algorithm_class(config["algo"]).load(args.model / "model.zip", env=env)
+    config = read_config(run_folder(args.model))
+    env = make_env(config.env, dict(config.env_kwargs))
+    model = OffPolicyAlgorithm.load(args.model / "model.zip", env=env)
     kinds: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     fell = 0
     for episode in range(args.episodes):
