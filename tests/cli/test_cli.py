@@ -54,9 +54,10 @@ def test_train_writes_a_run_folder_per_seed(two_seeds: Path) -> None:
         assert config["algo"] == "dqn" and config["seed"] == seed and config["env_kwargs"] == {"n_bits": 8}
         assert config["hyperparameters"]["learning_starts"] == 100  # resolved: every hyperparameter is there
         assert config["hyperparameters"]["double_q"] is True  # from the preset
-        assert config["her"] == {"strategy": "future", "n_sampled_goal": 4, "online_sampling": True,
-                                 "copy_info_dict": False, "episode_priority": "none", "goal_motion_scale": 0.05,
-                                 "goal_motion_weight": 10.0, "motion_bonus": 0.0, "motion_bonus_scale": 0.01}
+        assert config["her"] == {"strategy": "future", "n_sampled_goal": 4, "desired_goal_share": 0.0,
+                                 "online_sampling": True, "copy_info_dict": False, "episode_priority": "none",
+                                 "goal_motion_scale": 0.05, "goal_motion_weight": 10.0, "motion_bonus": 0.0,
+                                 "motion_bonus_scale": 0.01}
         for name in ("model.zip", "progress.csv", "summary.json", "checkpoints/latest.json"):
             assert (run / name).exists(), name
         assert list(run.glob("events.out.tfevents.*"))
@@ -531,6 +532,18 @@ def test_goal_motion_episode_weights_from_the_command_line(tmp_path: Path, capsy
                  "--run-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "her.episode_priority" in err and "goal_motion" in err
+
+
+def test_desired_goal_share_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from herl.run.train import build_model
+
+    config = build_config(algo="dqn", env="herl/BitFlipping-v0", seed=0, goal_env=True, preset=None,
+                          layers=[("set", {"her.desired_goal_share": 0.5, "env.n_bits": 4})])
+    buffer = build_model(config, make_training_env(config.env, dict(config.env_kwargs), 1)).replay_buffer
+    assert buffer.desired_goal_share == 0.5
+    assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.desired_goal_share=2",
+                 "--run-dir", str(tmp_path)]) == 2
+    assert "her.desired_goal_share" in capsys.readouterr().err
 
 
 def test_motion_bonus_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

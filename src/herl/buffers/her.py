@@ -51,6 +51,8 @@ MOTION_BONUS = number(0.0, 1.0, high_open=True,
                            "such a step stays below a successful one's 0)")
 MOTION_BONUS_SCALE = number(0.0, low_open=True,
                             note="the achieved goal's displacement in one step (in its units) that earns the full bonus")
+DESIRED_GOAL_SHARE = number(0.0, 1.0, note="the share of relabeled transitions given the desired goal of another stored "
+                                           "transition")
 
 
 def check_goal_space(observation_space: spaces.Space) -> None:
@@ -84,6 +86,12 @@ class HerReplayBuffer(ReplayBuffer):
         n_sampled_goal: k, hindsight goals per real transition; a fraction k/(k+1) of each batch is
             relabeled. 0 is plain replay.
         goal_selection_strategy: "future", "final", "episode" or "random" (or the enum).
+        desired_goal_share: the share of the relabeled transitions that get, instead of a goal chosen by the
+            strategy, the desired goal of a transition drawn uniformly from the whole buffer: goals from the
+            distribution the agent is evaluated on, set in states they were not set in (the "actual" goals of the
+            "future + actual" relabeling of Pitis, Chan & Ba's ProtoGE, RLDM 2019; the mrl library's Fetch recipes
+            relabel 40 % of each batch with future goals and 40 % with these: ``n_sampled_goal=4,
+            desired_goal_share=0.5``). 0 (default): every relabeled goal comes from the strategy.
         copy_info_dict: store the numeric info entries and pass them to ``compute_reward`` as a dict
             of arrays (one row per relabeled transition). Without it ``info`` is an empty dict.
         compute_reward: vectorized ``(achieved_goal, desired_goal, info) -> rewards`` used instead
@@ -151,6 +159,7 @@ class HerReplayBuffer(ReplayBuffer):
         goal_selection_strategy: GoalSelectionStrategy | str = "future",
         copy_info_dict: bool = False,
         *,
+        desired_goal_share: float = 0.0,
         compute_reward: Callable | None = None,
         compute_terminated: Callable | None = None,
         online_sampling: bool = True,
@@ -197,6 +206,15 @@ class HerReplayBuffer(ReplayBuffer):
             raise ValueError(f"n_sampled_goal must be an integer >= 0 (0 turns relabeling off), got {n_sampled_goal!r}")
         self.n_sampled_goal = int(n_sampled_goal)
         self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
+        check(type(self).__name__, "desired_goal_share", desired_goal_share, DESIRED_GOAL_SHARE)
+        if desired_goal_share and not self.n_sampled_goal:
+            raise ValueError(f"desired_goal_share={desired_goal_share} is a share of the relabeled transitions, and "
+                             "n_sampled_goal=0 relabels none: give n_sampled_goal >= 1, or desired_goal_share=0")
+        if desired_goal_share and not online_sampling:
+            raise ValueError("desired_goal_share draws the env's desired goals from the stored transitions, and offline "
+                             "relabeling stores relabeled copies among them: use online_sampling=True with "
+                             "desired_goal_share > 0")
+        self.desired_goal_share = float(desired_goal_share)
         self.her_ratio = self.n_sampled_goal / (self.n_sampled_goal + 1)
         self.copy_info_dict = bool(copy_info_dict)
         self.online_sampling = bool(online_sampling)
@@ -602,7 +620,21 @@ class HerReplayBuffer(ReplayBuffer):
         return info
 
     def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
-        """Achieved goals to relabel the transitions at ``flat`` with (copies, never views of storage)."""
+        """Goals to relabel the transitions at ``flat`` with (copies, never views of storage): the strategy's
+        achieved goals, the last ``desired_goal_share`` of them (a binomial count; rows are i.i.d.) desired goals
+        of other stored transitions."""
+        n_desired = int(self.rng.binomial(len(flat), self.desired_goal_share)) if self.desired_goal_share else 0
+        if not n_desired:
+            return self._strategy_goals(storage, flat)
+        source = storage.sample_flat(n_desired, self.rng, uniform=True)
+        desired = storage.field("s", "desired_goal", source)
+        if n_desired == len(flat):
+            return desired
+        goals = self._strategy_goals(storage, flat[: len(flat) - n_desired])
+        return np.concatenate([goals, desired]) if isinstance(goals, np.ndarray) else torch.cat([goals, desired])
+
+    def _strategy_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
+        """The achieved goals the goal selection strategy picks for the transitions at ``flat``."""
         if self.goal_selection_strategy is GoalSelectionStrategy.RANDOM:
             # offline, episodes are moved to the main store as they end: that is where every stored
             # state lives (the staging area holds little more than the episode being relabeled)
@@ -645,6 +677,7 @@ class HerReplayBuffer(ReplayBuffer):
             **super()._config(),
             "n_sampled_goal": self.n_sampled_goal,
             "goal_selection_strategy": self.goal_selection_strategy.name.lower(),
+            "desired_goal_share": self.desired_goal_share,
             "copy_info_dict": self.copy_info_dict,
             "online_sampling": self.online_sampling,
             "max_episode_length": self.max_episode_length,
@@ -708,6 +741,7 @@ class HerReplayBuffer(ReplayBuffer):
     FILE_CONFIG: ClassVar[dict[str, Rule | None]] = {
         **ReplayBuffer.FILE_CONFIG, "n_sampled_goal": NON_NEGATIVE_INT,
         "goal_selection_strategy": one_of("future", "final", "episode", "random"), "copy_info_dict": BOOL,
+        "desired_goal_share": DESIRED_GOAL_SHARE,
         "online_sampling": BOOL, "max_episode_length": POSITIVE_INT,
         "info_keys": None, "reward_context": None,  # lists of names, checked by the constructor
         "demo_batch_ratio": DEMO_BATCH_RATIO, "demo_rows": NON_NEGATIVE_INT,

@@ -5,9 +5,9 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``timesteps``, ``n_envs``, ``device``, ``threads``, ``log_interval``, ``workers``, ``broadcast_every``: the run;
 - any hyperparameter of the algorithm (``learning_rate``, ``batch_size``, ...; validated by the algorithm's config);
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
-- ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.online_sampling``,
-  ``her.copy_info_dict``, ``her.episode_priority``, ``her.goal_motion_scale``, ``her.goal_motion_weight``,
-  ``her.motion_bonus``, ``her.motion_bonus_scale``;
+- ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.desired_goal_share``,
+  ``her.online_sampling``, ``her.copy_info_dict``, ``her.episode_priority``, ``her.goal_motion_scale``,
+  ``her.goal_motion_weight``, ``her.motion_bonus``, ``her.motion_bonus_scale``;
 - ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.layer_norm``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; DQN's ``policy.dueling``; CrossQ's
   ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
@@ -51,6 +51,9 @@ class HerSettings:
     """Goal selection strategy: future, final, episode or random."""
     n_sampled_goal: int = 4
     """k: relabeled goals per real transition (a fraction k/(k+1) of each batch is relabeled)."""
+    desired_goal_share: float = 0.0
+    """The share of relabeled transitions given the desired goal of another stored transition (ProtoGE's "actual"
+    goals) instead of the strategy's; 0: none."""
     online_sampling: bool = True
     """Relabel at sampling time (False: store k relabeled copies when an episode ends)."""
     copy_info_dict: bool = False
@@ -414,6 +417,7 @@ def validate_config(config: TrainConfig) -> None:
              ("checkpoint.keep", config.checkpoint.keep, POSITIVE_INT)]
     if config.her is not None:
         from herl.buffers.her import (
+            DESIRED_GOAL_SHARE,
             EPISODE_PRIORITIES,
             GOAL_MOTION_SCALE,
             GOAL_MOTION_WEIGHT,
@@ -423,6 +427,7 @@ def validate_config(config: TrainConfig) -> None:
 
         rules += [("her.strategy", config.her.strategy, one_of(*KEY_TO_GOAL_STRATEGY)),
                   ("her.n_sampled_goal", config.her.n_sampled_goal, NON_NEGATIVE_INT),
+                  ("her.desired_goal_share", config.her.desired_goal_share, DESIRED_GOAL_SHARE),
                   ("her.online_sampling", config.her.online_sampling, BOOL),
                   ("her.copy_info_dict", config.her.copy_info_dict, BOOL),
                   ("her.episode_priority", config.her.episode_priority, one_of("none", *EPISODE_PRIORITIES)),

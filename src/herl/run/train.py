@@ -88,6 +88,8 @@ def build_model(config: TrainConfig, env: Any) -> Any:
         kwargs["replay_buffer_class"] = HerReplayBuffer
         kwargs["replay_buffer_kwargs"] = {"n_sampled_goal": her.n_sampled_goal, "goal_selection_strategy": her.strategy,
                                           "online_sampling": her.online_sampling, "copy_info_dict": her.copy_info_dict}
+        if her.desired_goal_share:
+            kwargs["replay_buffer_kwargs"]["desired_goal_share"] = her.desired_goal_share
         if her.episode_priority != "none":
             kwargs["replay_buffer_kwargs"].update(episode_priority=her.episode_priority,
                                                   goal_motion_scale=her.goal_motion_scale,
