@@ -257,7 +257,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
                        f"{shlex.quote(str(run_dir))}`, or "
                        "choose another --run-dir")
     config = configs[0]
-    her = f" + HER ({config.her.strategy}, k={config.her.n_sampled_goal})" if config.her else ""
+    her = ""
+    if config.her:
+        share = config.her.desired_goal_share
+        her = f" + HER ({config.her.strategy}, k={config.her.n_sampled_goal}" + (
+            f", {share:g} of them other episodes' desired goals)" if share else ")")
     if config.demos is not None:
         her += f" + demos ({config.demos.path}, bc_loss_weight={config.hyperparameters.get('bc_loss_weight', 0.0)})"
     preset = f", preset {config.preset}" if config.preset else ""

@@ -541,8 +541,12 @@ def test_desired_goal_share_from_the_command_line(tmp_path: Path, capsys: pytest
                           layers=[("set", {"her.desired_goal_share": 0.5, "env.n_bits": 4})])
     buffer = build_model(config, make_training_env(config.env, dict(config.env_kwargs), 1)).replay_buffer
     assert buffer.desired_goal_share == 0.5
+    assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.desired_goal_share=0.5",
+                 "--set", "env.n_bits=4", "--run-dir", str(tmp_path / "ok")]) == 0
+    out = capsys.readouterr()
+    assert "HER (future, k=4, 0.5 of them other episodes' desired goals)" in out.out + out.err
     assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.desired_goal_share=2",
-                 "--run-dir", str(tmp_path)]) == 2
+                 "--run-dir", str(tmp_path / "bad")]) == 2
     assert "her.desired_goal_share" in capsys.readouterr().err
 
 

@@ -107,10 +107,11 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
                          "desired_goal": spaces.Box(-1, 1, (3,))})
     model = algorithm_class(algo)("MultiInputPolicy", observation_space=space, action_space=spaces.Box(-1, 1, (4,)),
                                   policy_kwargs=c.policy.to_policy_kwargs(), **c.hyperparameters)
-    wide = (name, algo) == ("fetch_push", "tqc")  # docs/benchmarks.md §11-15's recipe, with action repeat and the time feature
+    wide = (name, algo) == ("fetch_push", "tqc")  # docs/benchmarks.md §11-16's recipe: action repeat, time feature, ...
     assert model.config.clip_target is True
     assert model.policy_config.critic_arch == ((512, 512, 512) if wide else (256, 256))
     assert c.env_kwargs == ({"action_repeat": 3, "time_feature": True} if wide else {})
+    assert c.her.desired_goal_share == (0.5 if wide else 0.0)  # ... and other episodes' desired goals (§16)
     assert model.config.n_steps == (3 if wide else 1)
     assert c.policy.precision == ("auto" if wide else "float32")
     assert model.policy_config.options == ({"n_quantiles": 25} if algo == "tqc" else

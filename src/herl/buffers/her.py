@@ -1,8 +1,9 @@
 """Hindsight Experience Replay (Andrychowicz et al. 2017, arXiv:1707.01495) on the episode storage.
 
 Online (default): transitions are stored once; at sampling time a fraction k/(k+1) of the batch
-gets a new desired goal, an achieved goal of the same episode chosen by the strategy, and its
-reward (and termination, for envs that end on success) is recomputed for that goal. Offline
+gets a new desired goal, an achieved goal of the same episode chosen by the strategy (or, for a
+``desired_goal_share`` of them, the desired goal of another stored transition), and its reward (and
+termination, for envs that end on success) is recomputed for that goal. Offline
 (``online_sampling=False``, as Stable-Baselines 2 and cpprb do it): when an episode ends, each of
 its transitions is stored once as it happened and k more times with relabeled goals, and sampling
 is plain uniform replay over those copies.
