@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -467,10 +468,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             print(record_video(model, env_id, kwargs, args.video, episodes=args.video_episodes,
                                deterministic=args.deterministic, seed=args.seed))
             video_done = True
-    rows = [[r.name, f"{r.steps:,}", r.episodes, _fmt(r.success_rate), f"{r.mean_return:.2f} ± {r.std_return:.2f}",
-             f"{r.mean_length:.1f}"] for r in results]
-    print(format_table(["model", "trained steps", "episodes", "success rate", "mean return", "episode length"], rows))
+    rows = [[r.name, f"{r.steps:,}", r.episodes, _fmt(r.success_rate), _fmt_interval(r.success_interval),
+             f"{r.mean_return:.2f} ± {r.std_return:.2f}", f"{r.mean_length:.1f}"] for r in results]
+    rates = [r.success_rate for r in results if r.success_rate is not None]
+    if len(results) > 1 and len(rates) == len(results):
+        rows.append([f"median of {len(rates)}", "", "", _fmt(statistics.median(rates)), "", "", ""])
+    print(format_table(["model", "trained steps", "episodes", "success rate", "95% interval", "mean return",
+                        "episode length"], rows))
     return 0
+
+
+def _fmt_interval(interval: tuple[float, float] | None) -> str:
+    return "-" if interval is None else f"{interval[0]:.2f}-{interval[1]:.2f}"
 
 
 def _confirm_env_module(env_id: str, source: Path) -> None:

@@ -20,6 +20,7 @@ from herl.envs import BitFlippingEnv
 from herl.run.checkpoint import latest_checkpoint, load_checkpoint, write_checkpoint
 from herl.run.config import build_config
 from herl.run.envs import make_training_env
+from herl.run.evaluate import wilson_interval
 from herl.run.presets import load_presets
 from herl.training.base import OffPolicyAlgorithm
 
@@ -365,6 +366,31 @@ def test_eval_prints_a_table(two_seeds: Path, capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     assert "success rate" in out and "mean return" in out and "episode length" in out
     assert "seed_0" in out and "seed_1" in out
+    assert "95% interval" in out and "median of 2" in out
+
+
+def test_eval_interval_and_median_match_the_rows(two_seeds: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("eval", two_seeds, "--episodes", "6") == 0
+    lines = capsys.readouterr().out.splitlines()
+    seeds = [line.split() for line in lines if line.startswith("seed_")]
+    rates = sorted(float(row[3]) for row in seeds)
+    for row in seeds:
+        low, high = wilson_interval(round(float(row[3]) * 6), 6)
+        assert row[4] == f"{low:.2f}-{high:.2f}"
+    median = next(line.split() for line in lines if line.startswith("median of 2"))
+    assert float(median[3]) == pytest.approx(sum(rates) / 2, abs=0.006)
+
+
+def test_wilson_interval_against_a_hand_computed_case() -> None:
+    # 40 of 50: centre (0.8 + 1.96^2/100) / (1 + 1.96^2/50) = 0.77860, half-width 0.10897
+    low, high = wilson_interval(40, 50)
+    assert low == pytest.approx(0.66963, abs=1e-4) and high == pytest.approx(0.88757, abs=1e-4)
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(0, 10)[1] > 0.2  # not empty at 0 of n
+    assert wilson_interval(10, 10)[1] == 1.0 and wilson_interval(10, 10)[0] < 0.8
+    wide, narrow = wilson_interval(45, 50), wilson_interval(450, 500)
+    assert narrow[1] - narrow[0] < (wide[1] - wide[0]) / 2  # ten times the episodes: ~1/sqrt(10) the width
+    with pytest.raises(ValueError, match="successes <= episodes"):
+        wilson_interval(6, 5)
 
 
 def test_eval_of_a_model_file_with_a_video(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
