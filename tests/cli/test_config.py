@@ -107,7 +107,8 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
                          "desired_goal": spaces.Box(-1, 1, (3,))})
     model = algorithm_class(algo)("MultiInputPolicy", observation_space=space, action_space=spaces.Box(-1, 1, (4,)),
                                   policy_kwargs=c.policy.to_policy_kwargs(), **c.hyperparameters)
-    wide = (name, algo) == ("fetch_push", "tqc")  # docs/benchmarks.md §11-16's recipe: action repeat, time feature, ...
+    # docs/benchmarks.md §11-17's recipe (Push and, since §17, PickAndPlace): action repeat, time feature, ...
+    wide = algo == "tqc" and name in ("fetch_push", "fetch_pick_and_place")
     assert model.config.clip_target is True
     assert model.policy_config.critic_arch == ((512, 512, 512) if wide else (256, 256))
     assert c.env_kwargs == ({"action_repeat": 3, "time_feature": True} if wide else {})
@@ -160,3 +161,13 @@ def test_the_demonstrations_preset_is_chosen_by_name_only_and_records_the_script
                      layers=preset.layers("tqc"))
     assert c.demos is not None and c.demos.path == "scripted" and c.hyperparameters["bc_loss_weight"] == 1.0
     assert c.policy.net_arch == (256, 256, 256) and c.env_kwargs == {} and c.timesteps == 100_000
+
+
+def test_the_pick_and_place_demonstrations_preset_keeps_the_measured_recipe() -> None:
+    # docs/benchmarks.md "HER + demonstrations: FetchPickAndPlace": [256, 256, 256], no action repeat, BC + Q-filter
+    assert preset_for_env("FetchPickAndPlace-v4").name == "fetch_pick_and_place"
+    preset = get_preset("fetch_pick_and_place_demos")
+    c = build_config(algo="tqc", env="FetchPickAndPlace-v4", seed=0, goal_env=True, preset=preset.name,
+                     layers=preset.layers("tqc"))
+    assert c.demos is not None and c.demos.path == "scripted" and c.hyperparameters["bc_loss_weight"] == 1.0
+    assert c.policy.net_arch == (256, 256, 256) and c.env_kwargs == {} and c.her.desired_goal_share == 0.0
