@@ -31,7 +31,7 @@ ENV = "FetchPickAndPlace-v4"
 VARIANTS = ("plain", "demos")
 THRESHOLD = 0.9
 # The TQC table these figures were measured with: the fetch_pick_and_place preset's until session 16, which now holds
-# fetch_push's recipe (action repeat 3, time feature, 3-step HER, desired goals, bfloat16; docs/benchmarks.md §17).
+# fetch_push's recipe (action repeat 3, time feature, 3-step HER, desired goals, bfloat16; docs/benchmarks.md §18).
 # Pinned here so the commands in docs/benchmarks.md keep running what they ran; --set flags given after override it.
 MEASURED_TABLE = ("env.action_repeat=1", "env.time_feature=false", "n_steps=1", "her.desired_goal_share=0",
                   "policy.precision=float32", "policy.net_arch=[256,256]", "checkpoint.freq=50000")

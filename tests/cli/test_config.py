@@ -107,7 +107,7 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
                          "desired_goal": spaces.Box(-1, 1, (3,))})
     model = algorithm_class(algo)("MultiInputPolicy", observation_space=space, action_space=spaces.Box(-1, 1, (4,)),
                                   policy_kwargs=c.policy.to_policy_kwargs(), **c.hyperparameters)
-    # docs/benchmarks.md §11-17's recipe (Push and, since §17, PickAndPlace): action repeat, time feature, ...
+    # docs/benchmarks.md §11-18's recipe (Push and, since §18, PickAndPlace): action repeat, time feature, ...
     wide = algo == "tqc" and name in ("fetch_push", "fetch_pick_and_place")
     assert model.config.clip_target is True
     assert model.policy_config.critic_arch == ((512, 512, 512) if wide else (256, 256))
@@ -154,20 +154,16 @@ def test_policy_layer_norm_takes_true_false_or_critic() -> None:
         config({"policy.layer_norm": True}, algo="crossq")
 
 
-def test_the_demonstrations_preset_is_chosen_by_name_only_and_records_the_scripted_expert() -> None:
-    assert preset_for_env("FetchPush-v4").name == "fetch_push"
-    preset = get_preset("fetch_push_demos")
-    c = build_config(algo="tqc", env="FetchPush-v4", seed=0, goal_env=True, preset=preset.name,
-                     layers=preset.layers("tqc"))
+# docs/benchmarks.md "FetchPush-v4 with scripted demonstrations" and "HER + demonstrations: FetchPickAndPlace":
+# [256, 256, 256], no action repeat, BC + Q-filter; the env's own preset stays pure RL
+@pytest.mark.parametrize("env, own, demos", [("FetchPush-v4", "fetch_push", "fetch_push_demos"),
+                                             ("FetchPickAndPlace-v4", "fetch_pick_and_place",
+                                              "fetch_pick_and_place_demos")])
+def test_the_demonstrations_presets_are_chosen_by_name_only_and_record_the_scripted_expert(env: str, own: str,
+                                                                                             demos: str) -> None:
+    assert preset_for_env(env).name == own
+    preset = get_preset(demos)
+    c = build_config(algo="tqc", env=env, seed=0, goal_env=True, preset=preset.name, layers=preset.layers("tqc"))
     assert c.demos is not None and c.demos.path == "scripted" and c.hyperparameters["bc_loss_weight"] == 1.0
     assert c.policy.net_arch == (256, 256, 256) and c.env_kwargs == {} and c.timesteps == 100_000
-
-
-def test_the_pick_and_place_demonstrations_preset_keeps_the_measured_recipe() -> None:
-    # docs/benchmarks.md "HER + demonstrations: FetchPickAndPlace": [256, 256, 256], no action repeat, BC + Q-filter
-    assert preset_for_env("FetchPickAndPlace-v4").name == "fetch_pick_and_place"
-    preset = get_preset("fetch_pick_and_place_demos")
-    c = build_config(algo="tqc", env="FetchPickAndPlace-v4", seed=0, goal_env=True, preset=preset.name,
-                     layers=preset.layers("tqc"))
-    assert c.demos is not None and c.demos.path == "scripted" and c.hyperparameters["bc_loss_weight"] == 1.0
-    assert c.policy.net_arch == (256, 256, 256) and c.env_kwargs == {} and c.her.desired_goal_share == 0.0
+    assert c.her.desired_goal_share == 0.0
