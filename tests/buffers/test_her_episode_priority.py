@@ -25,12 +25,14 @@ def make(**kwargs) -> HerReplayBuffer:
     return HerReplayBuffer(kwargs.pop("buffer_size"), OBS, ACT, **kwargs)
 
 
-def play(buffer: HerReplayBuffer, step: float, length: int = 10, episode: int = 0, end: bool = True) -> None:
-    """One episode whose achieved goal moves ``step`` per transition along the first axis; the observation holds
-    (episode, t) so that a sampled row tells where it comes from."""
+def play(buffer: HerReplayBuffer, step: float | tuple[float, float], length: int = 10, episode: int = 0,
+         end: bool = True) -> None:
+    """One episode whose achieved goal moves ``step`` per transition (a number: along the first axis); the
+    observation holds (episode, t) so that a sampled row tells where it comes from."""
     achieved = np.zeros(2, np.float32)
+    step = np.array([step, 0] if np.isscalar(step) else step, np.float32)
     for t in range(length):
-        moved = achieved + np.array([step, 0], np.float32)
+        moved = achieved + step
         obs = {"observation": np.array([episode, t], np.float32), "achieved_goal": achieved,
                "desired_goal": np.full(2, 50, np.float32)}
         next_obs = {**obs, "achieved_goal": moved}
@@ -80,6 +82,28 @@ def test_weight_and_scale_are_settings():
     assert drawn_share(flat, {1}) == pytest.approx(0.5, abs=0.015)
 
 
+def test_height_gained_adds_the_lift_weight():
+    """goal_lift_weight: the rises of the achieved goal's last coordinate (a block lifted) earn a weight of their
+    own on top of the path's; a fall earns none, and a lift only counts with its full weight past the scale."""
+    buffer = make(goal_lift_weight=30.0)
+    play(buffer, 0.0, episode=0)  # still: 1
+    play(buffer, 0.01, episode=1)  # pushed 10 cm along the table: 1 + 10
+    play(buffer, (0.0, 0.01), episode=2)  # lifted 10 cm: 1 + 10 + 30
+    play(buffer, (0.0, -0.01), episode=3)  # fell 10 cm: moved, not lifted: 1 + 10
+    play(buffer, (0.0, 0.001), episode=4)  # lifted 1 cm: 1 + 10 * 0.2 + 30 * 0.2
+    weights = {0: 1.0, 1: 11.0, 2: 41.0, 3: 11.0, 4: 9.0}
+    total = sum(weights.values())
+    for episode, weight in weights.items():
+        assert drawn_share(buffer, {episode}) == pytest.approx(weight / total, abs=0.015)
+    leaves = buffer.storage.priorities.state()["leaves"]
+    np.testing.assert_allclose(np.unique(leaves[leaves > 0]), sorted(set(weights.values())), rtol=1e-5)
+    up_and_down = make(goal_lift_weight=30.0, goal_motion_weight=0.0, goal_motion_scale=0.1)
+    play(up_and_down, (0.0, 0.0), episode=0)
+    for t, rise in enumerate((0.02, -0.02, 0.02, -0.02)):  # rises of 2 cm twice: 4 cm of the 10 cm scale
+        play(up_and_down, (0.0, rise), length=1, episode=1, end=t == 3)
+    assert drawn_share(up_and_down, {1}) == pytest.approx(4 * 13 / (4 * 13 + 10 * 1), abs=0.015)  # 4 rows of 1 + 12
+
+
 def test_relabeled_goals_still_come_from_the_same_episode():
     buffer = make()
     for episode in range(4):
@@ -117,16 +141,16 @@ def test_every_stored_transition_has_its_episodes_weight_and_nothing_else_is_dra
 
 
 def test_save_and_load_keep_the_weights_and_continue_identically(tmp_path):
-    buffer = make()
+    buffer = make(goal_lift_weight=4.0)
     for episode in range(5):
         play(buffer, 0.01 * (episode == 2), episode=episode)
     buffer.save(tmp_path / "buffer")
     loaded = HerReplayBuffer.load(tmp_path / "buffer", compute_reward=reward)
-    assert loaded.episode_priority == "goal_motion"
+    assert (loaded.episode_priority, loaded.goal_lift_weight) == ("goal_motion", 4.0)
     a, b = buffer.sample(64), loaded.sample(64)
     torch.testing.assert_close(a.observations["observation"], b.observations["observation"])
-    play(buffer, 0.01, episode=5)
-    play(loaded, 0.01, episode=5)
+    play(buffer, (0.0, 0.01), episode=5)  # a lift: the loaded buffer gives it the same weight
+    play(loaded, (0.0, 0.01), episode=5)
     torch.testing.assert_close(buffer.sample(64).observations["observation"], loaded.sample(64).observations["observation"])
 
 
@@ -136,6 +160,8 @@ def test_save_and_load_keep_the_weights_and_continue_identically(tmp_path):
     ({"online_sampling": False}, "online_sampling=True"),
     ({"goal_motion_scale": 0.0}, "goal_motion_scale"),
     ({"goal_motion_weight": -1.0}, "goal_motion_weight"),
+    ({"goal_lift_weight": -1.0}, "goal_lift_weight"),
+    ({"goal_lift_weight": 5.0, "episode_priority": None}, "episode_priority='goal_motion'"),
 ])
 def test_bad_settings_are_refused_with_the_fix(kwargs, words):
     with pytest.raises(ValueError, match=words):

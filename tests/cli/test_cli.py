@@ -57,8 +57,8 @@ def test_train_writes_a_run_folder_per_seed(two_seeds: Path) -> None:
         assert config["hyperparameters"]["double_q"] is True  # from the preset
         assert config["her"] == {"strategy": "future", "n_sampled_goal": 4, "desired_goal_share": 0.0,
                                  "online_sampling": True, "copy_info_dict": False, "episode_priority": "none",
-                                 "goal_motion_scale": 0.05, "goal_motion_weight": 10.0, "motion_bonus": 0.0,
-                                 "motion_bonus_scale": 0.01}
+                                 "goal_motion_scale": 0.05, "goal_motion_weight": 10.0, "goal_lift_weight": 0.0,
+                                 "motion_bonus": 0.0, "motion_bonus_scale": 0.01}
         for name in ("model.zip", "progress.csv", "summary.json", "checkpoints/latest.json"):
             assert (run / name).exists(), name
         assert list(run.glob("events.out.tfevents.*"))
@@ -550,14 +550,19 @@ def test_goal_motion_episode_weights_from_the_command_line(tmp_path: Path, capsy
 
     config = build_config(algo="dqn", env="herl/BitFlipping-v0", seed=0, goal_env=True, preset=None,
                           layers=[("set", {"her.episode_priority": "goal_motion", "her.goal_motion_weight": 3.0,
-                                           "env.n_bits": 4})])
+                                           "her.goal_lift_weight": 7.0, "env.n_bits": 4})])
     model = build_model(config, make_training_env(config.env, dict(config.env_kwargs), 1))
     buffer = model.replay_buffer
     assert (buffer.episode_priority, buffer.goal_motion_weight, buffer.goal_motion_scale) == ("goal_motion", 3.0, 0.05)
+    assert buffer.goal_lift_weight == 7.0
     assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.episode_priority=energy",
                  "--run-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "her.episode_priority" in err and "goal_motion" in err
+    # the lift weight adds to goal_motion's: alone it is refused, with the flag that fixes it
+    assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.goal_lift_weight=5",
+                 "--run-dir", str(tmp_path)]) == 2
+    assert "--set her.episode_priority=goal_motion" in capsys.readouterr().err
 
 
 def test_desired_goal_share_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -47,6 +47,7 @@ GOAL_MOTION_SCALE = number(0.0, low_open=True, note="the achieved goal's path le
 GOAL_MOVED = 1e-3
 """An episode "moved its achieved goal" when it ended more than this (in any coordinate) from where it started."""
 GOAL_MOTION_WEIGHT = number(0.0, note="the extra sampling weight of an episode whose achieved goal moved")
+GOAL_LIFT_WEIGHT = number(0.0, note="the extra sampling weight of an episode whose achieved goal rose")
 MOTION_BONUS = number(0.0, 1.0, high_open=True,
                       note="the reward added to an unsuccessful step that moves the achieved goal (below 1, so that "
                            "such a step stays below a successful one's 0)")
@@ -123,6 +124,11 @@ class HerReplayBuffer(ReplayBuffer):
             No importance weights (as in the paper). None (default): uniform.
         goal_motion_scale: the path length that earns the full weight (0.05: Fetch's success radius, in metres).
         goal_motion_weight: the extra weight of an episode whose achieved goal moved at least the scale.
+        goal_lift_weight: with ``goal_motion``, a further weight for height gained, energy-based prioritization's
+            potential-energy term: ``goal_lift_weight * min(H / goal_motion_scale, 1)`` is added to the episode's
+            weight, H the sum of the rises of the achieved goal's last coordinate (its height in Fetch and
+            panda-gym) over the episode's steps (falls count 0). In FetchPickAndPlace a pushed block and a lifted one
+            move alike; this draws the episodes that lifted it more often. 0 (default): off.
         motion_bonus: an exploration bonus b in [0, 1) for moving the achieved goal: a sampled transition whose
             reward is below 0 (its goal not reached) gets ``b * min(d / motion_bonus_scale, 1)`` added, d the
             distance its achieved goal moved in that step. For FetchPush-style tasks, where the achieved goal is
@@ -178,6 +184,7 @@ class HerReplayBuffer(ReplayBuffer):
         episode_priority: str | None = None,
         goal_motion_scale: float = 0.05,
         goal_motion_weight: float = 10.0,
+        goal_lift_weight: float = 0.0,
         motion_bonus: float = 0.0,
         motion_bonus_scale: float = 0.01,
         wrapped_env: Any = None,
@@ -199,6 +206,12 @@ class HerReplayBuffer(ReplayBuffer):
         check(type(self).__name__, "goal_motion_scale", goal_motion_scale, GOAL_MOTION_SCALE)
         check(type(self).__name__, "goal_motion_weight", goal_motion_weight, GOAL_MOTION_WEIGHT)
         self.goal_motion_scale, self.goal_motion_weight = float(goal_motion_scale), float(goal_motion_weight)
+        check(type(self).__name__, "goal_lift_weight", goal_lift_weight, GOAL_LIFT_WEIGHT)
+        if goal_lift_weight and self.episode_priority is None:
+            raise ValueError(f"goal_lift_weight={goal_lift_weight} weighs episodes by height gained, which only "
+                             "episode_priority='goal_motion' does: pass episode_priority='goal_motion', or "
+                             "goal_lift_weight=0")
+        self.goal_lift_weight = float(goal_lift_weight)
         check(type(self).__name__, "motion_bonus", motion_bonus, MOTION_BONUS)
         check(type(self).__name__, "motion_bonus_scale", motion_bonus_scale, MOTION_BONUS_SCALE)
         self.motion_bonus, self.motion_bonus_scale = float(motion_bonus), float(motion_bonus_scale)
@@ -367,8 +380,11 @@ class HerReplayBuffer(ReplayBuffer):
                 flat = self._last_episode(env_idx)
                 rows = GatheredRows(storage, flat)
                 steps = to_numpy(rows.next_state("achieved_goal")) - to_numpy(rows.state("achieved_goal"))
-                path = float(np.linalg.norm(steps.reshape(length, -1).astype(np.float64), axis=1).sum())
-                storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(path / self.goal_motion_scale, 1.0))
+                steps = steps.reshape(length, -1).astype(np.float64)
+                path = float(np.linalg.norm(steps, axis=1).sum())
+                climb = float(np.maximum(steps[:, -1], 0.0).sum())
+                storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(path / self.goal_motion_scale, 1.0)
+                                          + self.goal_lift_weight * min(climb / self.goal_motion_scale, 1.0))
             elif not self.online_sampling:
                 self._relabel_episode(env_idx)
 
@@ -688,6 +704,7 @@ class HerReplayBuffer(ReplayBuffer):
             "episode_priority": self.episode_priority,
             "goal_motion_scale": self.goal_motion_scale,
             "goal_motion_weight": self.goal_motion_weight,
+            "goal_lift_weight": self.goal_lift_weight,
             "motion_bonus": self.motion_bonus,
             "motion_bonus_scale": self.motion_bonus_scale,
             "demo_rows": 0 if self.demo_storage is None else self.demo_storage.rows,
@@ -748,7 +765,7 @@ class HerReplayBuffer(ReplayBuffer):
         "demo_batch_ratio": DEMO_BATCH_RATIO, "demo_rows": NON_NEGATIVE_INT,
         "episode_priority": None,  # checked by the constructor
         "goal_motion_scale": GOAL_MOTION_SCALE, "goal_motion_weight": GOAL_MOTION_WEIGHT,
-        "motion_bonus": MOTION_BONUS, "motion_bonus_scale": MOTION_BONUS_SCALE,
+        "goal_lift_weight": GOAL_LIFT_WEIGHT, "motion_bonus": MOTION_BONUS, "motion_bonus_scale": MOTION_BONUS_SCALE,
     }
 
     @classmethod

@@ -93,7 +93,8 @@ def build_model(config: TrainConfig, env: Any) -> Any:
         if her.episode_priority != "none":
             kwargs["replay_buffer_kwargs"].update(episode_priority=her.episode_priority,
                                                   goal_motion_scale=her.goal_motion_scale,
-                                                  goal_motion_weight=her.goal_motion_weight)
+                                                  goal_motion_weight=her.goal_motion_weight,
+                                                  goal_lift_weight=her.goal_lift_weight)
         if her.motion_bonus:
             kwargs["replay_buffer_kwargs"].update(motion_bonus=her.motion_bonus, motion_bonus_scale=her.motion_bonus_scale)
         if config.demos is not None:
