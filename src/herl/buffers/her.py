@@ -126,9 +126,9 @@ class HerReplayBuffer(ReplayBuffer):
         goal_motion_weight: the extra weight of an episode whose achieved goal moved at least the scale.
         goal_lift_weight: with ``goal_motion``, a further weight for height gained, energy-based prioritization's
             potential-energy term: ``goal_lift_weight * min(H / goal_motion_scale, 1)`` is added to the episode's
-            weight, H the sum of the rises of the achieved goal's last coordinate (its height in Fetch and
-            panda-gym) over the episode's steps (falls count 0). In FetchPickAndPlace a pushed block and a lifted one
-            move alike; this draws the episodes that lifted it more often. 0 (default): off.
+            weight, H the most the achieved goal's last coordinate (its height in Fetch and panda-gym) rose above
+            its start during the episode. In FetchPickAndPlace a pushed block and a lifted one move alike; this
+            draws the episodes that lifted it more often. 0 (default): off.
         motion_bonus: an exploration bonus b in [0, 1) for moving the achieved goal: a sampled transition whose
             reward is below 0 (its goal not reached) gets ``b * min(d / motion_bonus_scale, 1)`` added, d the
             distance its achieved goal moved in that step. For FetchPush-style tasks, where the achieved goal is
@@ -382,7 +382,7 @@ class HerReplayBuffer(ReplayBuffer):
                 steps = to_numpy(rows.next_state("achieved_goal")) - to_numpy(rows.state("achieved_goal"))
                 steps = steps.reshape(length, -1).astype(np.float64)
                 path = float(np.linalg.norm(steps, axis=1).sum())
-                climb = float(np.maximum(steps[:, -1], 0.0).sum())
+                climb = max(float(np.cumsum(steps[:, -1]).max()), 0.0)  # highest above the start: jitter does not add up
                 storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(path / self.goal_motion_scale, 1.0)
                                           + self.goal_lift_weight * min(climb / self.goal_motion_scale, 1.0))
             elif not self.online_sampling:
