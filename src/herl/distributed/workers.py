@@ -85,7 +85,7 @@ class Collector:
 
         torch.set_num_threads(1)  # one core per actor: acting is a small forward pass
         self.env_id, self.env_kwargs = env_id, env_kwargs
-        self.env = make_env(env_id, env_kwargs)
+        self.env = make_env(env_id, env_kwargs, training=True)
         self.eval_env: Any = None
         self.model = ALGORITHMS[spec["algorithm"]](
             spec["policy"], None, observation_space=space_from_json(spec["observation_space"]),

@@ -9,7 +9,9 @@ Importing this module registers:
   limit is switched off, so ``gym.make(..., max_episode_steps=k)`` sets the episode length (see the class docstring).
 
 :class:`ActionRepeat` applies each action for several env steps (``--set env.action_repeat=k`` on the command line);
-:class:`TimeFeature` appends the share of the time limit left to the observation (``--set env.time_feature=true``).
+:class:`TimeFeature` appends the share of the time limit left to the observation (``--set env.time_feature=true``);
+:class:`GraspedStart` starts a share of a Fetch pick-and-place env's training episodes with the object in the gripper
+(``--set env.grasped_start=p``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import gymnasium
 from herl.envs.action_repeat import ActionRepeat
 from herl.envs.bit_flipping import BitFlippingEnv
 from herl.envs.checks import GoalEnvError, GoalEnvWarning, check_goal_env
+from herl.envs.grasped_start import GraspedStart
 from herl.envs.point_reach import PointReachEnv
 from herl.envs.time_feature import TimeFeature
 
-__all__ = ["ActionRepeat", "BitFlippingEnv", "GoalEnvError", "GoalEnvWarning", "PointReachEnv", "TimeFeature",
-           "check_goal_env"]
+__all__ = ["ActionRepeat", "BitFlippingEnv", "GoalEnvError", "GoalEnvWarning", "GraspedStart", "PointReachEnv",
+           "TimeFeature", "check_goal_env"]
 
 
 def _register_envs() -> None:

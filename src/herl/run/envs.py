@@ -142,14 +142,27 @@ TIME_FEATURE = "time_feature"
 :class:`~herl.envs.TimeFeature` around it (inside any action repeat), in every env a run makes."""
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mode: str | None = None) -> gym.Env:
+GRASPED_START = "grasped_start"
+"""``env.grasped_start=p``: not an argument of the env but herl's :class:`~herl.envs.GraspedStart` around a
+*training* env (a share ``p`` of its episodes start with the object in the gripper); evaluation envs never have it."""
+
+
+def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mode: str | None = None,
+             training: bool = False) -> gym.Env:
     """``gym.make(env_id, **env_kwargs)``, with an error naming the accepted arguments when one is wrong; an
     ``action_repeat`` entry wraps the env in :class:`~herl.envs.ActionRepeat` instead (see :data:`ACTION_REPEAT`),
-    a ``time_feature`` entry in :class:`~herl.envs.TimeFeature` (see :data:`TIME_FEATURE`)."""
+    a ``time_feature`` entry in :class:`~herl.envs.TimeFeature` (see :data:`TIME_FEATURE`). A ``grasped_start``
+    entry wraps it in :class:`~herl.envs.GraspedStart` when ``training`` (see :data:`GRASPED_START`), and is checked
+    and left out otherwise."""
     env_id = resolve_env_id(env_id)
     kwargs = dict(env_kwargs or {})
-    repeat, time_feature = 1, False
-    own = constructor_arguments(env_id) if {ACTION_REPEAT, TIME_FEATURE} & set(kwargs) else []
+    repeat, time_feature, grasped = 1, False, 0.0
+    own = constructor_arguments(env_id) if {ACTION_REPEAT, TIME_FEATURE, GRASPED_START} & set(kwargs) else []
+    if GRASPED_START in kwargs and GRASPED_START not in own:
+        grasped = kwargs.pop(GRASPED_START)
+        if isinstance(grasped, bool) or not isinstance(grasped, (int, float)) or not 0 <= grasped <= 1:
+            raise CLIError(f"env.{GRASPED_START} is the share of training episodes that start with the object in the "
+                           f"gripper, a number from 0 to 1 (0: off); got {grasped!r}")
     if ACTION_REPEAT in kwargs and ACTION_REPEAT not in own:
         repeat = kwargs.pop(ACTION_REPEAT)
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
@@ -179,6 +192,16 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
             f"{env_id} rejected {given or 'its arguments'} ({err}); its constructor takes: "
             f"{', '.join(params) or 'no arguments'} (set them with --set env.NAME=VALUE)"
         ) from err
+    if grasped:
+        from herl.envs.grasped_start import GraspedStart
+
+        try:
+            wrapped = GraspedStart(env, grasped)
+        except ValueError as err:
+            env.close()
+            raise CLIError(f"env.{GRASPED_START}={grasped} on {env_id}: {err}") from err
+        if training:
+            env = wrapped
     if time_feature:
         from herl.envs.time_feature import TimeFeature
 
@@ -288,9 +311,9 @@ class ReplayableEnv(gym.Wrapper):
 def make_training_env(env_id: str, env_kwargs: dict[str, Any] | None, n_envs: int) -> gym.Env | SyncVectorEnv:
     """A :class:`ReplayableEnv`, or ``n_envs`` of them in a SAME_STEP vector env (the loop stores true final states)."""
     if n_envs == 1:
-        return ReplayableEnv(make_env(env_id, env_kwargs))
+        return ReplayableEnv(make_env(env_id, env_kwargs, training=True))
     make_env(env_id, env_kwargs).close()  # report a bad id or argument once, here, not from inside the vector env
-    return SyncVectorEnv([lambda: ReplayableEnv(make_env(env_id, env_kwargs)) for _ in range(n_envs)],
+    return SyncVectorEnv([lambda: ReplayableEnv(make_env(env_id, env_kwargs, training=True)) for _ in range(n_envs)],
                          autoreset_mode=AutoresetMode.SAME_STEP)
 
 
