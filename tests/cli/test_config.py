@@ -111,7 +111,8 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
     wide = algo == "tqc" and name in ("fetch_push", "fetch_pick_and_place")
     assert model.config.clip_target is True
     assert model.policy_config.critic_arch == ((512, 512, 512) if wide else (256, 256))
-    assert c.env_kwargs == ({"action_repeat": 3, "time_feature": True} if wide else {})
+    grasped = {"grasped_start": 0.5} if wide and name == "fetch_pick_and_place" else {}  # §20
+    assert c.env_kwargs == ({"action_repeat": 3, "time_feature": True, **grasped} if wide else {})
     assert c.her.desired_goal_share == (0.5 if wide else 0.0)  # ... and other episodes' desired goals (§16)
     assert model.config.n_steps == (3 if wide else 1)
     assert c.policy.precision == ("auto" if wide else "float32")

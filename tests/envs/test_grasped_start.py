@@ -116,3 +116,18 @@ def test_a_run_trains_evaluates_and_resumes_with_it(tmp_path: Path, capsys: pyte
     capsys.readouterr()
     assert main(["eval", str(run), "--episodes", "2"]) == 0
     assert main(["train", "--resume", str(run), "--timesteps", "200", "--progress", "off"]) == 0
+
+
+def test_ray_workers_collect_grasped_starts_and_evaluate_from_the_envs_own():
+    pytest.importorskip("ray")
+    from herl.algorithms import SAC
+    from herl.distributed.workers import Collector, acting_spec, acting_weights
+
+    model = SAC("MultiInputPolicy", make_env(PICK), policy_kwargs={"net_arch": [16]}, seed=0)
+    collector = Collector(PICK, {"grasped_start": 1.0}, acting_spec(model), seed=0)  # the actor's class, without Ray
+    episode = collector.episode(acting_weights(model), 0, num_timesteps=0, total_timesteps=100)
+    first = episode.obs["achieved_goal"][0]
+    np.testing.assert_allclose(first, episode.obs["observation"][0][:3], atol=1e-6)  # in the gripper
+    collector.evaluate(acting_weights(model), 0, 1, True, seed=0)
+    obs, info = collector.eval_env.reset(seed=0)
+    assert "grasped_start" not in info and obs["achieved_goal"][2] == pytest.approx(0.42469975, abs=1e-3)
