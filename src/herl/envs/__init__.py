@@ -11,7 +11,8 @@ Importing this module registers:
 :class:`ActionRepeat` applies each action for several env steps (``--set env.action_repeat=k`` on the command line);
 :class:`TimeFeature` appends the share of the time limit left to the observation (``--set env.time_feature=true``);
 :class:`GraspedStart` starts a share of a Fetch pick-and-place env's training episodes with the object in the gripper
-(``--set env.grasped_start=p``).
+(``--set env.grasped_start=p``), :class:`ContactStart` a share of a Fetch push or slide env's training episodes with the
+object beside the gripper (``--set env.contact_start=p``).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import gymnasium
 
 from herl.envs.action_repeat import ActionRepeat
 from herl.envs.bit_flipping import BitFlippingEnv
+from herl.envs.contact_start import ContactStart
 from herl.envs.checks import GoalEnvError, GoalEnvWarning, check_goal_env
 from herl.envs.grasped_start import GraspedStart
 from herl.envs.point_reach import PointReachEnv
 from herl.envs.time_feature import TimeFeature
 
-__all__ = ["ActionRepeat", "BitFlippingEnv", "GoalEnvError", "GoalEnvWarning", "GraspedStart", "PointReachEnv",
+__all__ = ["ActionRepeat", "BitFlippingEnv", "ContactStart", "GoalEnvError", "GoalEnvWarning", "GraspedStart", "PointReachEnv",
            "TimeFeature", "check_goal_env"]
 
 

@@ -146,23 +146,38 @@ GRASPED_START = "grasped_start"
 """``env.grasped_start=p``: not an argument of the env but herl's :class:`~herl.envs.GraspedStart` around a
 *training* env (a share ``p`` of its episodes start with the object in the gripper); evaluation envs never have it."""
 
+CONTACT_START = "contact_start"
+"""``env.contact_start=p``: herl's :class:`~herl.envs.ContactStart` around a *training* env (a share ``p`` of its
+episodes start with the object beside the gripper); evaluation envs never have it, as for :data:`GRASPED_START`."""
+
+START_AIDS = {GRASPED_START: ("GraspedStart", "with the object in the gripper"),
+              CONTACT_START: ("ContactStart", "with the object beside the gripper")}
+"""The training-only start distributions: the ``env.NAME`` entry, the :mod:`herl.envs` wrapper and what it does."""
+
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mode: str | None = None,
              training: bool = False) -> gym.Env:
     """``gym.make(env_id, **env_kwargs)``, with an error naming the accepted arguments when one is wrong; an
     ``action_repeat`` entry wraps the env in :class:`~herl.envs.ActionRepeat` instead (see :data:`ACTION_REPEAT`),
-    a ``time_feature`` entry in :class:`~herl.envs.TimeFeature` (see :data:`TIME_FEATURE`). A ``grasped_start``
-    entry wraps it in :class:`~herl.envs.GraspedStart` when ``training`` (see :data:`GRASPED_START`), and is checked
-    and left out otherwise."""
+    a ``time_feature`` entry in :class:`~herl.envs.TimeFeature` (see :data:`TIME_FEATURE`). A ``grasped_start`` or
+    ``contact_start`` entry wraps it in :class:`~herl.envs.GraspedStart` or :class:`~herl.envs.ContactStart` when
+    ``training`` (see :data:`START_AIDS`), and is checked and left out otherwise."""
     env_id = resolve_env_id(env_id)
     kwargs = dict(env_kwargs or {})
-    repeat, time_feature, grasped = 1, False, 0.0
-    own = constructor_arguments(env_id) if {ACTION_REPEAT, TIME_FEATURE, GRASPED_START} & set(kwargs) else []
-    if GRASPED_START in kwargs and GRASPED_START not in own:
-        grasped = kwargs.pop(GRASPED_START)
-        if isinstance(grasped, bool) or not isinstance(grasped, (int, float)) or not 0 <= grasped <= 1:
-            raise CLIError(f"env.{GRASPED_START} is the share of training episodes that start with the object in the "
-                           f"gripper, a number from 0 to 1 (0: off); got {grasped!r}")
+    repeat, time_feature, starts = 1, False, {}
+    own = constructor_arguments(env_id) if {ACTION_REPEAT, TIME_FEATURE, *START_AIDS} & set(kwargs) else []
+    for key, (_, what) in START_AIDS.items():
+        if key in kwargs and key not in own:
+            share = kwargs.pop(key)
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+                raise CLIError(f"env.{key} is the share of training episodes that start {what}, a number from 0 to 1 "
+                               f"(0: off); got {share!r}")
+            if share:
+                starts[key] = share
+    if len(starts) > 1:
+        raise CLIError(f"env.{GRASPED_START} and env.{CONTACT_START} both set: an episode has one start; "
+                       f"set one of them (grasped_start for FetchPickAndPlace, contact_start for FetchPush and "
+                       f"FetchSlide)")
     if ACTION_REPEAT in kwargs and ACTION_REPEAT not in own:
         repeat = kwargs.pop(ACTION_REPEAT)
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
@@ -192,14 +207,14 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
             f"{env_id} rejected {given or 'its arguments'} ({err}); its constructor takes: "
             f"{', '.join(params) or 'no arguments'} (set them with --set env.NAME=VALUE)"
         ) from err
-    if grasped:
-        from herl.envs.grasped_start import GraspedStart
+    for key, share in starts.items():
+        from herl.envs import ContactStart, GraspedStart
 
         try:
-            wrapped = GraspedStart(env, grasped)
+            wrapped = {GRASPED_START: GraspedStart, CONTACT_START: ContactStart}[key](env, share)
         except ValueError as err:
             env.close()
-            raise CLIError(f"env.{GRASPED_START}={grasped} on {env_id}: {err}") from err
+            raise CLIError(f"env.{key}={share} on {env_id}: {err}") from err
         if training:
             env = wrapped
     if time_feature:
