@@ -107,8 +107,8 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
                          "desired_goal": spaces.Box(-1, 1, (3,))})
     model = algorithm_class(algo)("MultiInputPolicy", observation_space=space, action_space=spaces.Box(-1, 1, (4,)),
                                   policy_kwargs=c.policy.to_policy_kwargs(), **c.hyperparameters)
-    # docs/benchmarks.md §11-18's recipe (Push and, since §18, PickAndPlace): action repeat, time feature, ...
-    wide = algo == "tqc" and name in ("fetch_push", "fetch_pick_and_place")
+    # benchmarks.md §11-18's recipe (Push; PickAndPlace since §18, Slide since §22): action repeat, time feature, ...
+    wide = algo == "tqc"
     assert model.config.clip_target is True
     assert model.policy_config.critic_arch == ((512, 512, 512) if wide else (256, 256))
     grasped = {"grasped_start": 0.5} if wide and name == "fetch_pick_and_place" else {}  # §20
