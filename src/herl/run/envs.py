@@ -150,9 +150,8 @@ CONTACT_START = "contact_start"
 """``env.contact_start=p``: herl's :class:`~herl.envs.ContactStart` around a *training* env (a share ``p`` of its
 episodes start with the object beside the gripper); evaluation envs never have it, as for :data:`GRASPED_START`."""
 
-START_AIDS = {GRASPED_START: ("GraspedStart", "with the object in the gripper"),
-              CONTACT_START: ("ContactStart", "with the object beside the gripper")}
-"""The training-only start distributions: the ``env.NAME`` entry, the :mod:`herl.envs` wrapper and what it does."""
+START_AIDS = {GRASPED_START: "with the object in the gripper", CONTACT_START: "with the object beside the gripper"}
+"""The training-only start distributions: the ``env.NAME`` entry and how its episodes start."""
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mode: str | None = None,
@@ -166,7 +165,7 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
     kwargs = dict(env_kwargs or {})
     repeat, time_feature, starts = 1, False, {}
     own = constructor_arguments(env_id) if {ACTION_REPEAT, TIME_FEATURE, *START_AIDS} & set(kwargs) else []
-    for key, (_, what) in START_AIDS.items():
+    for key, what in START_AIDS.items():
         if key in kwargs and key not in own:
             share = kwargs.pop(key)
             if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
