@@ -21,7 +21,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-OBJECT_JOINT = "object0:joint"
+from herl.envs.grasped_start import OBJECT_JOINT, fetch_object_env
+
 GAP = 0.005
 """Clearance, in metres, between the object and the nearest part of the robot at the start."""
 
@@ -37,16 +38,9 @@ class ContactStart(gym.Wrapper):
 
     def __init__(self, env: gym.Env, share: float = 0.5) -> None:
         super().__init__(env)
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-            raise ValueError(f"ContactStart's share is the probability that an episode starts with the object beside "
-                             f"the gripper, a number from 0 to 1; got {share!r}")
-        inner = env.unwrapped
+        inner = fetch_object_env(env, "ContactStart", share, "with the object beside the gripper",
+                                 "FetchPush-v4, FetchSlide-v4")
         name = env.spec.id if env.spec else type(inner).__name__
-        missing = [attr for attr in ("model", "data", "_utils", "_mujoco", "has_object", "block_gripper")
-                   if not hasattr(inner, attr)]
-        if missing:
-            raise ValueError(f"ContactStart needs a gymnasium-robotics MuJoCo Fetch env (FetchPush-v4, FetchSlide-v4); "
-                             f"{type(inner).__name__} has no {', '.join(missing)}")
         if not inner.has_object:
             raise ValueError(f"ContactStart needs a Fetch env with an object to push (FetchPush, FetchSlide); "
                              f"{name} has none")

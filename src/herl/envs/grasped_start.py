@@ -23,6 +23,22 @@ FINGER_JOINTS = ("robot0:l_gripper_finger_joint", "robot0:r_gripper_finger_joint
 OBJECT_JOINT = "object0:joint"
 
 
+def fetch_object_env(env: gym.Env, wrapper: str, share: float, starts: str, examples: str) -> Any:
+    """The unwrapped env under a start aid, after checking the share (0 to 1) and that it is a gymnasium-robotics
+    MuJoCo Fetch env (with the attributes the aids use); raises ValueError naming ``wrapper`` otherwise."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+        raise ValueError(f"{wrapper}'s share is the probability that an episode starts {starts}, a number from 0 to "
+                         f"1; got {share!r}")
+    inner = env.unwrapped
+    missing = [name for name in ("model", "data", "_utils", "_mujoco", "has_object", "block_gripper")
+               if not hasattr(inner, name)]
+    if missing:
+        raise ValueError(f"{wrapper} needs a gymnasium-robotics MuJoCo Fetch env ({examples}); "
+                         f"{type(inner).__name__} has no {', '.join(missing)}")
+    return inner
+
+
+
 class GraspedStart(gym.Wrapper):
     """Start a ``share`` of episodes (0 to 1) with the object held in the gripper, in a Fetch env with an object and
     a gripper that moves (FetchPickAndPlace; not FetchPush or FetchSlide, whose gripper is blocked shut).
@@ -33,15 +49,7 @@ class GraspedStart(gym.Wrapper):
 
     def __init__(self, env: gym.Env, share: float = 0.5) -> None:
         super().__init__(env)
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-            raise ValueError(f"GraspedStart's share is the probability that an episode starts grasped, a number "
-                             f"from 0 to 1; got {share!r}")
-        inner = env.unwrapped
-        missing = [name for name in ("model", "data", "_utils", "_mujoco", "has_object", "block_gripper")
-                   if not hasattr(inner, name)]
-        if missing:
-            raise ValueError(f"GraspedStart needs a gymnasium-robotics MuJoCo Fetch env (FetchPickAndPlace-v4); "
-                             f"{type(inner).__name__} has no {', '.join(missing)}")
+        inner = fetch_object_env(env, "GraspedStart", share, "grasped", "FetchPickAndPlace-v4")
         if not inner.has_object or inner.block_gripper:
             raise ValueError(f"GraspedStart needs a Fetch env with an object and a gripper that opens and closes "
                              f"(FetchPickAndPlace); {env.spec.id if env.spec else type(inner).__name__} "
