@@ -160,6 +160,28 @@ def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path
     assert OffPolicyAlgorithm.load(tmp_path / "seed_0" / "model.zip").num_timesteps == 400
 
 
+def test_extending_a_run_past_the_buffer_herl_chose_says_it_keeps_that_buffer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import herl.run.train as train
+
+    monkeypatch.setattr(train, "MIN_BUFFER", 100)  # herl then sizes the buffer to the run: 300 transitions
+    assert herl("train", *TINY, "--run-dir", tmp_path / "chosen") == 0
+    assert herl("train", *TINY, "--set", "buffer_size=300", "--run-dir", tmp_path / "set") == 0
+    capsys.readouterr()
+    for steps in ("400", "500"):  # extended twice: one note, naming the latest length
+        assert herl("train", "--resume", tmp_path / "chosen", "--timesteps", steps, "--progress", "off") == 0
+        err = capsys.readouterr().err
+        assert ("herl train: note: the buffer keeps the 300 transitions herl chose for the run's length when it "
+                f"started; past that many the newest replace the oldest (a run started with --timesteps {steps} would "
+                f"hold {steps};") in err
+    notes = json.loads((tmp_path / "chosen" / "seed_0" / "config.json").read_text())["notes"]
+    assert [n for n in notes if n.startswith("the buffer keeps")] == [notes[-1]] and "--timesteps 500" in notes[-1]
+    assert notes[-1] in json.loads((tmp_path / "chosen" / "seed_0" / "summary.json").read_text())["notes"]
+    assert OffPolicyAlgorithm.load(tmp_path / "chosen" / "seed_0" / "model.zip").config.buffer_size == 300
+    assert herl("train", "--resume", tmp_path / "set", "--timesteps", "400", "--progress", "off") == 0
+    assert "the buffer keeps" not in capsys.readouterr().err  # a buffer_size the user chose is theirs
+
+
 @pytest.mark.parametrize("algo", ["tqc", "crossq"])
 def test_tqc_and_crossq_resume_exactly(algo: str, tmp_path: Path) -> None:
     """A run resumed from its checkpoint ends with the weights (CrossQ: and batch renormalization statistics) of a

@@ -111,8 +111,8 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
     wide = algo == "tqc"
     assert model.config.clip_target is True
     assert model.policy_config.critic_arch == ((512, 512, 512) if wide else (256, 256))
-    grasped = {"grasped_start": 0.5} if wide and name == "fetch_pick_and_place" else {}  # §20
-    assert c.env_kwargs == ({"action_repeat": 3, "time_feature": True, **grasped} if wide else {})
+    start = {"fetch_pick_and_place": {"grasped_start": 0.5}, "fetch_push": {"contact_start": 0.5}}  # §20, §24
+    assert c.env_kwargs == ({"action_repeat": 3, "time_feature": True, **start.get(name, {})} if wide else {})
     assert c.her.desired_goal_share == (0.5 if wide else 0.0)  # ... and other episodes' desired goals (§16)
     assert model.config.n_steps == (3 if wide else 1)
     assert c.policy.precision == ("auto" if wide else "float32")

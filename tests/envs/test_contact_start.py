@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("gymnasium_robotics")
 pytest.importorskip("mujoco")
 
-from herl.envs import ContactStart  # noqa: E402
+from herl.envs import ContactStart, GraspedStart  # noqa: E402
 from herl.envs.contact_start import GAP  # noqa: E402
 from herl.run.envs import make_env, make_training_env  # noqa: E402
 from herl.run.errors import CLIError  # noqa: E402
@@ -98,4 +98,18 @@ def test_bad_settings_are_named():
         make_env(PUSH, {"contact_start": 0.5, "grasped_start": 0.5})
     with pytest.raises(ValueError, match="from 0 to 1"):
         ContactStart(make_env(PUSH), share=-0.1)
+
+
+def test_a_preset_s_contact_start_on_another_task_says_how_to_turn_it_off():
+    # the fetch_push preset sets env.contact_start=0.5; `--preset fetch_push --env FetchPickAndPlace-v4` must say how
+    # to drop it, and dropping it (0) with the grasped start set builds the PickAndPlace env
+    with pytest.raises(CLIError, match=r"--set env.contact_start=0 turns it off"):
+        make_env("FetchPickAndPlace-v4", {"contact_start": 0.5})
+    with pytest.raises(CLIError, match=r"the other to 0 .*--set env.NAME=0"):
+        make_env("FetchPickAndPlace-v4", {"contact_start": 0.5, "grasped_start": 0.5})
+    env = make_env("FetchPickAndPlace-v4", {"contact_start": 0, "grasped_start": 0.5}, training=True)
+    try:
+        assert isinstance(env, GraspedStart)
+    finally:
+        env.close()
 

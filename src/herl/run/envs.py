@@ -176,7 +176,7 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
     if len(starts) > 1:
         raise CLIError(f"env.{GRASPED_START} and env.{CONTACT_START} both set: an episode has one start; "
                        f"set one of them (grasped_start for FetchPickAndPlace, contact_start for FetchPush and "
-                       f"FetchSlide)")
+                       f"FetchSlide) and the other to 0 (a preset's is turned off so: --set env.NAME=0)")
     if ACTION_REPEAT in kwargs and ACTION_REPEAT not in own:
         repeat = kwargs.pop(ACTION_REPEAT)
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
@@ -213,7 +213,8 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
             wrapped = {GRASPED_START: GraspedStart, CONTACT_START: ContactStart}[key](env, share)
         except ValueError as err:
             env.close()
-            raise CLIError(f"env.{key}={share} on {env_id}: {err}") from err
+            raise CLIError(f"env.{key}={share} on {env_id}: {err} (--set env.{key}=0 turns it off, e.g. where a "
+                           f"preset for another task set it)") from err
         if training:
             env = wrapped
     if time_feature:

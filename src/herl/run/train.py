@@ -502,7 +502,11 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
             if timesteps < checkpoint.step:
                 raise CLIError(f"{run_dir} has trained {checkpoint.step} steps already, more than --timesteps "
                                f"{timesteps}")
-            config = dataclasses.replace(config, timesteps=timesteps)
+            note = _outgrown_buffer_note(config, timesteps)
+            notes = tuple(n for n in config.notes if not n.startswith(OUTGROWN_BUFFER)) + ((note,) if note else ())
+            config = dataclasses.replace(config, timesteps=timesteps, notes=notes)
+            if note:
+                print(f"herl train: note: {note}", file=sys.stderr, flush=True)
             atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config.to_json(), indent=1))
         summary_path = run_dir / SUMMARY_FILE
         if checkpoint.step >= config.timesteps and summary_path.exists():
@@ -516,6 +520,22 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
                               progress_mode=progress, position=position, on_eval=on_eval)
             finally:
                 env.close()
+
+
+OUTGROWN_BUFFER = "the buffer keeps the"
+
+
+def _outgrown_buffer_note(config: TrainConfig, timesteps: int) -> str | None:
+    """What a run extended past the buffer herl chose for its first length keeps (None when that is not the case):
+    the buffer is not resized, so from its end on the newest transitions replace the oldest."""
+    size = config.hyperparameters.get("buffer_size")
+    chosen = any(note.startswith(f"buffer_size={size:,} chosen by herl") for note in config.notes) if size else False
+    fresh = int(min(algorithm_class(config.algo).config_class.buffer_size, max(timesteps, MIN_BUFFER)))
+    if not chosen or fresh <= size:
+        return None
+    return (f"{OUTGROWN_BUFFER} {size:,} transitions herl chose for the run's length when it started; past that many "
+            f"the newest replace the oldest (a run started with --timesteps {timesteps} would hold {fresh:,}; "
+            "--set buffer_size=N chooses it when a run starts)")
 
 
 SCRIPTED = "scripted"
