@@ -55,6 +55,16 @@ SUCCESS_THRESHOLD = 0.95
 MIN_BUFFER = 10_000
 
 
+def _chosen_buffer_size(algo: str, timesteps: int) -> int:
+    """The buffer_size herl gives a run of ``timesteps`` steps whose settings name none."""
+    return int(min(algorithm_class(algo).config_class.buffer_size, max(timesteps, MIN_BUFFER)))
+
+
+def _chosen_buffer_note(size: int) -> str:
+    """How the note on a buffer_size herl chose begins (a resumed run finds it in its config's notes)."""
+    return f"buffer_size={size:,} chosen by herl"
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """How a run went; written to ``summary.json``."""
@@ -82,7 +92,7 @@ def build_model(config: TrainConfig, env: Any) -> Any:
     cls = algorithm_class(config.algo)
     kwargs: dict[str, Any] = dict(config.hyperparameters)
     if "buffer_size" not in kwargs:  # a buffer_size the user (or the preset) chose is never changed (issue 10)
-        kwargs["buffer_size"] = int(min(cls.config_class.buffer_size, max(config.timesteps, MIN_BUFFER)))
+        kwargs["buffer_size"] = _chosen_buffer_size(config.algo, config.timesteps)
     if config.her is not None:
         her = config.her
         kwargs["replay_buffer_class"] = HerReplayBuffer
@@ -456,7 +466,7 @@ def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: in
     model = build_model(config, env)
     notes = list(config.notes)
     if "buffer_size" not in config.hyperparameters:
-        notes.append(f"buffer_size={model.config.buffer_size:,} chosen by herl (the run's steps, at least {MIN_BUFFER:,};"
+        notes.append(f"{_chosen_buffer_note(model.config.buffer_size)} (the run's steps, at least {MIN_BUFFER:,};"
                      f" {type(model).__name__}'s default is {type(model.config)().buffer_size:,}): set buffer_size to "
                      "choose it")
     if config.policy.precision == "auto":
@@ -529,8 +539,8 @@ def _outgrown_buffer_note(config: TrainConfig, timesteps: int) -> str | None:
     """What a run extended past the buffer herl chose for its first length keeps (None when that is not the case):
     the buffer is not resized, so from its end on the newest transitions replace the oldest."""
     size = config.hyperparameters.get("buffer_size")
-    chosen = any(note.startswith(f"buffer_size={size:,} chosen by herl") for note in config.notes) if size else False
-    fresh = int(min(algorithm_class(config.algo).config_class.buffer_size, max(timesteps, MIN_BUFFER)))
+    chosen = bool(size) and any(note.startswith(_chosen_buffer_note(size)) for note in config.notes)
+    fresh = _chosen_buffer_size(config.algo, timesteps)
     if not chosen or fresh <= size:
         return None
     return (f"{OUTGROWN_BUFFER} {size:,} transitions herl chose for the run's length when it started; past that many "
