@@ -114,6 +114,8 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
     start = {"fetch_pick_and_place": {"grasped_start": 0.5}, "fetch_push": {"contact_start": 0.5}}  # §20, §24
     assert c.env_kwargs == ({"action_repeat": 3, "time_feature": True, **start.get(name, {})} if wide else {})
     assert c.her.desired_goal_share == (0.5 if wide else 0.0)  # ... and other episodes' desired goals (§16)
+    # Slide's measured run kept the newest 100,000 transitions (§25); the others let herl size the buffer to the run
+    assert c.hyperparameters.get("buffer_size") == (100_000 if wide and name == "fetch_slide" else None)
     assert model.config.n_steps == (3 if wide else 1)
     assert c.policy.precision == ("auto" if wide else "float32")
     assert model.policy_config.options == ({"n_quantiles": 25} if algo == "tqc" else
