@@ -38,7 +38,6 @@ def fetch_object_env(env: gym.Env, wrapper: str, share: float, starts: str, exam
     return inner
 
 
-
 class GraspedStart(gym.Wrapper):
     """Start a ``share`` of episodes (0 to 1) with the object held in the gripper, in a Fetch env with an object and
     a gripper that moves (FetchPickAndPlace; not FetchPush or FetchSlide, whose gripper is blocked shut).
