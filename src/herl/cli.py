@@ -245,12 +245,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 raise CLIError(f"{run} trains the env {env_id!r}; with --resume, --env only confirms that id "
                                f"(--env {shlex.quote(env_id)}), it cannot change it")
         print(f"herl train: resuming {len(runs)} run(s) in {args.resume}", flush=True)
-        jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress}) for run in runs]
+        parallel = min(args.jobs, len(runs))
+        asked = {run: read_config(run).threads for run in runs}
+        fits = {threads: _threads_beside(threads, parallel, explicit=False) for threads in sorted(set(asked.values()))}
+        jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress,
+                              "threads": fits[asked[run]]}) for run in runs]
         with _ray_for(args, max(read_config(run).workers for run in runs)):
             _print_summaries(run_parallel(jobs, args.jobs))
         return 0
     configs, run_dir = _train_configs(args)
     from herl.run.train import start_run
+
+    configs = _share_cores(args, configs)
 
     existing = [run_dir / f"seed_{c.seed}" for c in configs if (run_dir / f"seed_{c.seed}" / "config.json").exists()]
     if existing:
@@ -279,6 +285,42 @@ def _cmd_train(args: argparse.Namespace) -> int:
     quoted = shlex.quote(str(run_dir))
     print(f"curves: herl plot {quoted}    evaluation: herl eval {quoted}    tensorboard --logdir {quoted}")
     return 0
+
+
+def _share_cores(args: argparse.Namespace, configs: list[Any]) -> list[Any]:
+    """The configs of runs trained ``--jobs`` at a time, with each run's torch threads lowered to fit the CPU cores
+    (a preset's two threads are for a run that has the machine to itself), unless the command asked for them."""
+    import dataclasses
+
+    from herl.run.config import parse_assignment
+
+    explicit = args.threads is not None or any(parse_assignment(text)[0] == "threads" for text in args.set)
+    asked = configs[0].threads  # the seeds of one command share their settings
+    threads = _threads_beside(asked, min(args.jobs, len(configs)), explicit=explicit)
+    if threads is None:
+        return configs
+    note = (f"threads={threads} per run, not the settings' {asked}: the runs at once share the CPU cores "
+            "(--threads N chooses)")
+    return [dataclasses.replace(c, threads=threads, notes=(*c.notes, note)) for c in configs]
+
+
+def _threads_beside(threads: int, parallel: int, *, explicit: bool) -> int | None:
+    """The torch threads for a run of ``threads`` trained beside ``parallel - 1`` others when they are too many for
+    the CPU cores (None when they fit, or when the command asked for them: then a note says what they cost)."""
+    from herl.run.train import available_cpus, threads_per_run
+
+    cpus = available_cpus()
+    fit = threads_per_run(threads, parallel, cpus)
+    if fit == threads:
+        return None
+    if explicit:
+        print(f"herl train: note: {parallel} runs at once with {threads} torch threads each are {parallel * threads} "
+              f"threads on {cpus} CPU cores: threads beyond the cores slow every run several-fold (docs/cli.md, "
+              f"\"Threads\"); --threads {fit} fits", file=sys.stderr, flush=True)
+        return None
+    print(f"herl train: note: {fit} torch thread(s) per run, not {threads}: {parallel} runs at once share {cpus} CPU "
+          "cores", file=sys.stderr, flush=True)
+    return fit
 
 
 def _ray_for(args: argparse.Namespace, workers: int) -> Any:

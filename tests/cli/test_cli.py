@@ -182,6 +182,57 @@ def test_extending_a_run_past_the_buffer_herl_chose_says_it_keeps_that_buffer(
     assert "the buffer keeps" not in capsys.readouterr().err  # a buffer_size the user chose is theirs
 
 
+def test_threads_per_run_fit_the_cores() -> None:
+    from herl.run.train import threads_per_run
+
+    assert threads_per_run(2, parallel=1, cpus=2) == 2  # alone: what the settings ask
+    assert threads_per_run(2, parallel=2, cpus=2) == 1
+    assert threads_per_run(4, parallel=3, cpus=8) == 2
+    assert threads_per_run(1, parallel=4, cpus=2) == 1  # one at least
+    assert threads_per_run(2, parallel=2, cpus=16) == 2  # never more than asked
+
+
+def test_runs_trained_at_once_get_threads_that_fit_the_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A preset's two threads are for a run alone on 2 cores: --jobs 2 lowers them to one per run (four runs of two
+    threads each trained at a third of the speed of four runs of one); threads the command asks for are kept, with a
+    note of what they cost."""
+    import herl.run.train as train
+
+    monkeypatch.setattr(train, "available_cpus", lambda: 2)
+    preset = tmp_path / "two_threads.toml"
+    preset.write_text('description = "bits"\nenvs = ["herl/BitFlipping-v0"]\nalgo = "dqn"\nthreads = 2\n')
+
+    def threads(run_dir: Path, seed: int) -> tuple[int, list[str]]:
+        config = json.loads((run_dir / f"seed_{seed}" / "config.json").read_text())
+        return config["threads"], config["notes"]
+
+    assert herl("train", "--config", preset, *TINY, "--seed", "0", "1", "--jobs", "2", "--run-dir", tmp_path / "a") == 0
+    assert "herl train: note: 1 torch thread(s) per run, not 2: 2 runs at once share 2 CPU cores" in capsys.readouterr().err
+    for seed in (0, 1):
+        count, notes = threads(tmp_path / "a", seed)
+        assert count == 1 and any(n.startswith("threads=1 per run, not the settings' 2") for n in notes)
+
+    assert herl("train", *TINY, "--threads", "2", "--seed", "0", "1", "--jobs", "2", "--run-dir", tmp_path / "b") == 0
+    err = capsys.readouterr().err
+    assert "2 runs at once with 2 torch threads each are 4 threads on 2 CPU cores" in err and "--threads 1 fits" in err
+    assert threads(tmp_path / "b", 0)[0] == 2  # asked for: kept
+
+    assert herl("train", "--config", preset, *TINY, "--seed", "0", "1", "--run-dir", tmp_path / "c") == 0
+    assert threads(tmp_path / "c", 1)[0] == 2 and "per run" not in capsys.readouterr().err  # one at a time
+
+    # Resumed at once, they run with fitting threads this time; config.json keeps the run's own.
+    calls: list[tuple[list, int]] = []
+    monkeypatch.setattr(train, "run_parallel", lambda jobs, n: calls.append((jobs, n)) or [])
+    for jobs, expected in (("2", 1), ("1", None)):
+        assert herl("train", "--resume", tmp_path / "c", "--jobs", jobs, "--progress", "off") == 0
+        assert [kwargs["threads"] for _, kwargs in calls.pop()[0]] == [expected, expected]
+    used: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", used.append)
+    train.resume_run(tmp_path / "c" / "seed_0", timesteps=400, progress="off", threads=1)
+    assert used == [1] and threads(tmp_path / "c", 0)[0] == 2
+
+
 @pytest.mark.parametrize("algo", ["tqc", "crossq"])
 def test_tqc_and_crossq_resume_exactly(algo: str, tmp_path: Path) -> None:
     """A run resumed from its checkpoint ends with the weights (CrossQ: and batch renormalization statistics) of a

@@ -55,6 +55,22 @@ SUCCESS_THRESHOLD = 0.95
 MIN_BUFFER = 10_000
 
 
+def available_cpus() -> int:
+    """The CPU cores this process may run on: its affinity where the OS tells it, else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def threads_per_run(threads: int, parallel: int, cpus: int) -> int:
+    """The torch threads each of ``parallel`` runs training at once on ``cpus`` cores gets: ``threads``, or fewer,
+    so that the runs' threads together fit the cores (one at least). Torch's threads spin while they wait for one
+    another; beyond the cores they wait for a core as well: four runs of two threads each on 2 cores trained at a
+    third of the speed of four runs of one thread (docs/cli.md, "Threads")."""
+    return max(1, min(threads, cpus // parallel))
+
+
 def _chosen_buffer_size(algo: str, timesteps: int) -> int:
     """The buffer_size herl gives a run of ``timesteps`` steps whose settings name none."""
     return int(min(algorithm_class(algo).config_class.buffer_size, max(timesteps, MIN_BUFFER)))
@@ -494,8 +510,9 @@ def _precision_note(model: Any) -> str:
 
 
 def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "auto", position: int = 0,
-               on_eval: OnEval | None = None) -> RunSummary:
-    """Continue the run in ``run_dir`` from its latest checkpoint (to ``timesteps`` if given)."""
+               on_eval: OnEval | None = None, threads: int | None = None) -> RunSummary:
+    """Continue the run in ``run_dir`` from its latest checkpoint (to ``timesteps`` if given; with ``threads`` torch
+    threads this time if given, its config's otherwise)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     check_demos_exist(config, run_dir)
@@ -507,6 +524,8 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
                 stale.unlink(missing_ok=True)
             if timesteps is not None:
                 config = dataclasses.replace(config, timesteps=timesteps)
+            if threads is not None:
+                config = dataclasses.replace(config, threads=threads)
             return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval)
         if timesteps is not None and timesteps != config.timesteps:
             if timesteps < checkpoint.step:
@@ -522,6 +541,8 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
         if checkpoint.step >= config.timesteps and summary_path.exists():
             with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
                 return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
+        if threads is not None:  # this session's threads only: config.json keeps the run's own
+            config = dataclasses.replace(config, threads=threads)
         with _run_settings(config):
             env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
             try:
