@@ -462,17 +462,19 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
 
 
 @contextlib.contextmanager
-def _run_settings(config: TrainConfig) -> Iterator[None]:
-    """The torch settings of a run: its thread count, and denormal floats flushed to zero from before torch starts
-    its worker threads (they copy the setting when they start: see :func:`herl.utils.flush_denormals`, which puts the
-    calling thread's setting back when the run ends; worker threads started during the run keep flushing)."""
+def _run_settings(config: TrainConfig, threads: int | None = None) -> Iterator[None]:
+    """The torch settings of a run: its thread count (``threads`` if given: a resumed session's own), and denormal
+    floats flushed to zero from before torch starts its worker threads (they copy the setting when they start: see
+    :func:`herl.utils.flush_denormals`, which puts the calling thread's setting back when the run ends; worker threads
+    started during the run keep flushing)."""
     with flush_denormals():
-        torch.set_num_threads(config.threads)
+        torch.set_num_threads(threads or config.threads)
         yield
 
 
-def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
-    with _run_settings(config):
+def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None,
+           threads: int | None = None) -> RunSummary:
+    with _run_settings(config, threads):
         return _start_in(config, run_dir, progress=progress, position=position, on_eval=on_eval)
 
 
@@ -524,9 +526,7 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
                 stale.unlink(missing_ok=True)
             if timesteps is not None:
                 config = dataclasses.replace(config, timesteps=timesteps)
-            if threads is not None:
-                config = dataclasses.replace(config, threads=threads)
-            return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval)
+            return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval, threads=threads)
         if timesteps is not None and timesteps != config.timesteps:
             if timesteps < checkpoint.step:
                 raise CLIError(f"{run_dir} has trained {checkpoint.step} steps already, more than --timesteps "
@@ -541,9 +541,7 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
         if checkpoint.step >= config.timesteps and summary_path.exists():
             with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
                 return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
-        if threads is not None:  # this session's threads only: config.json keeps the run's own
-            config = dataclasses.replace(config, threads=threads)
-        with _run_settings(config):
+        with _run_settings(config, threads):  # this session's threads only: config.json keeps the run's own
             env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
             try:
                 model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)
