@@ -236,21 +236,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if given or args.seed != [0]:
             raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs, "
                            f"--progress, --address, --cpus and --env (to confirm its env), not {', '.join(given) or '--seed'}")
-        runs = find_seed_runs(args.resume)
-        for run in runs:  # before any worker makes the env, which would import a module:Id env's module
-            env_id = read_config(run).env
+        run_configs = {run: read_config(run) for run in find_seed_runs(args.resume)}
+        # before any worker makes the env, which would import a module:Id env's module
+        for run, config in run_configs.items():
+            env_id = config.env
             if args.env is None:
                 _confirm_env_module(env_id, run)
             elif args.env != env_id:
                 raise CLIError(f"{run} trains the env {env_id!r}; with --resume, --env only confirms that id "
                                f"(--env {shlex.quote(env_id)}), it cannot change it")
-        print(f"herl train: resuming {len(runs)} run(s) in {args.resume}", flush=True)
-        parallel = min(args.jobs, len(runs))
-        asked = {run: read_config(run).threads for run in runs}
-        fits = {threads: _threads_beside(threads, parallel, explicit=False) for threads in sorted(set(asked.values()))}
+        print(f"herl train: resuming {len(run_configs)} run(s) in {args.resume}", flush=True)
+        parallel = min(args.jobs, len(run_configs))
+        fits = {threads: _threads_beside(threads, parallel, explicit=False)
+                for threads in sorted({config.threads for config in run_configs.values()})}
         jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress,
-                              "threads": fits[asked[run]]}) for run in runs]
-        with _ray_for(args, max(read_config(run).workers for run in runs)):
+                              "threads": fits[config.threads]}) for run, config in run_configs.items()]
+        with _ray_for(args, max(config.workers for config in run_configs.values())):
             _print_summaries(run_parallel(jobs, args.jobs))
         return 0
     configs, run_dir = _train_configs(args)
