@@ -34,6 +34,11 @@ class ConfigError(HerlError, ValueError):
         return (type(self), (self.owner, self.name, self.value, self.allowed))
 
 
+class EnvMismatchError(HerlError, ValueError, AssertionError):
+    """An env that does not fit the model it is given to (its number of envs differs from the replay buffer's). Also an
+    AssertionError, what Stable-Baselines3 raises there, so that code written for it catches this one."""
+
+
 class NonFiniteError(HerlError, ValueError):
     """NaN or infinity where training needs finite numbers (an env's observation or reward, a reward function's
     output, a loss). Training stops at once: a single NaN spreads to every weight and normalizer statistic."""

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import torch
 
 
 def get_device(device: torch.device | str = "auto") -> torch.device:
-    """Resolve ``"auto"`` to CUDA when available, else CPU; pass anything else to torch.device."""
+    """Resolve ``"auto"`` to CUDA when available, else CPU; pass anything else to torch.device.
+
+    As Stable-Baselines3, a CUDA (or MPS) device on a machine without one falls back to the CPU, so that a script
+    written on a GPU machine runs on a laptop; unlike it, herl says so with a warning. A name torch does not know,
+    or a CUDA index past the machine's devices, is an error.
+    """
     from herl.errors import ConfigError
 
     if isinstance(device, str) and device == "auto":
@@ -20,9 +26,16 @@ def get_device(device: torch.device | str = "auto") -> torch.device:
     except (RuntimeError, TypeError, ValueError):
         raise ConfigError("", "device", device, allowed) from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("", "device", device, allowed + " (CUDA is not available here: use 'cpu' or 'auto')")
+        warnings.warn(f"device={str(device)!r}, but CUDA is not available here: using the CPU (pass device='auto' to "
+                      "pick CUDA where there is one without this warning)", UserWarning, stacklevel=3)
+        return torch.device("cpu")
     if resolved.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise ConfigError("", "device", device, allowed + " (MPS is not available here: use 'cpu' or 'auto')")
+        warnings.warn(f"device={str(device)!r}, but MPS is not available here: using the CPU", UserWarning,
+                      stacklevel=3)
+        return torch.device("cpu")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ConfigError("", "device", device, f"{allowed} (this machine has {torch.cuda.device_count()} CUDA "
+                          f"device(s): cuda:0 to cuda:{torch.cuda.device_count() - 1})")
     return resolved
 
 

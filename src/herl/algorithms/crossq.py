@@ -69,6 +69,7 @@ class CrossQ(SAC):
     :class:`~herl.training.base.OffPolicyAlgorithm` for the rest."""
 
     config_class = CrossQConfig
+    fixed_hyperparameters = SAC.fixed_hyperparameters | {"adam_beta1"}
     default_net_arch = {"pi": (256, 256), "qf": (1024, 1024)}
     policy_options = {"batch_norm_momentum": 0.01, "batch_norm_eps": 0.001, "renorm_warmup_steps": 100_000}
     precisions = ("float32",)  # batch renormalization runs in float32; precision="auto" resolves to it
@@ -98,12 +99,12 @@ class CrossQ(SAC):
         self.critic = RenormMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics, **norm)
         self._build_entropy_coefficient()
         self.nets.update({"actor": self.actor, "critic": self.critic,
-                          "ent_coef": nn.ParameterDict({"log_ent_coef": self.log_ent_coef})})
+                          "ent_coef": nn.ParameterDict({"log_ent_coef": self._log_ent_coef})})
 
     def _make_optimizers(self) -> None:
         params = [*self.critic.parameters(), *self.actor.parameters()]
         if self.learn_ent_coef:
-            params.append(self.log_ent_coef)
+            params.append(self._log_ent_coef)
         self.optimizers["optimizer"] = self.adam(params, betas=(self.config.adam_beta1, 0.999))
 
     def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
@@ -114,7 +115,7 @@ class CrossQ(SAC):
         n = batch.rewards.shape[0]
         xx = self.encode_batch(batch)
         x, next_x = xx[:n], xx[n:]
-        ent_coef = self.log_ent_coef.detach().exp()
+        ent_coef = self.ent_coef_tensor
         with torch.no_grad():
             self.actor.train(False)
             noise = torch.randn(n, self.action_dim, generator=self.torch_rng, device=xx.device)

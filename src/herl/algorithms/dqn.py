@@ -64,6 +64,7 @@ class DQN(OffPolicyAlgorithm):
     default_net_arch = (64, 64)
     action_space_types = (spaces.Discrete,)
     policy_options = {"dueling": False}
+    saved_state = (*OffPolicyAlgorithm.saved_state, "exploration_rate", "_last_target_update")
 
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config

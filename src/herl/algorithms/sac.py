@@ -81,6 +81,7 @@ class SAC(OffPolicyAlgorithm):
     """Soft Actor-Critic for Box action spaces. See :class:`~herl.training.base.OffPolicyAlgorithm` for the arguments."""
 
     config_class = SACConfig
+    fixed_hyperparameters = OffPolicyAlgorithm.fixed_hyperparameters | {"ent_coef", "squash_eps"}
 
     @property
     def critic_outputs(self) -> int:
@@ -98,20 +99,33 @@ class SAC(OffPolicyAlgorithm):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self._build_entropy_coefficient()
         self.nets.update({"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
-                          "ent_coef": nn.ParameterDict({"log_ent_coef": self.log_ent_coef})})
+                          "ent_coef": nn.ParameterDict({"log_ent_coef": self._log_ent_coef})})
 
     def _build_entropy_coefficient(self) -> None:
         cfg = self.config
         self.learn_ent_coef = isinstance(cfg.ent_coef, str)
         initial = float(cfg.ent_coef.split("_")[1]) if self.learn_ent_coef and "_" in cfg.ent_coef else 1.0
         initial = initial if self.learn_ent_coef else float(cfg.ent_coef)
-        self.log_ent_coef = nn.Parameter(torch.tensor(math.log(initial)), requires_grad=self.learn_ent_coef)
+        # stored (and saved) either way; SB3's names: log_ent_coef is the learned parameter (None when ent_coef is a
+        # number), ent_coef_tensor the coefficient
+        self._log_ent_coef = nn.Parameter(torch.tensor(math.log(initial)), requires_grad=self.learn_ent_coef)
+        self.log_ent_coef = self._log_ent_coef if self.learn_ent_coef else None
         self.target_entropy = -float(self.action_dim) if cfg.target_entropy == "auto" else float(cfg.target_entropy)
+
+    @property
+    def ent_coef_tensor(self) -> torch.Tensor:
+        """The entropy coefficient alpha, a constant (SB3's name)."""
+        return self._log_ent_coef.detach().exp()
+
+    def _config_changed(self, old: Any) -> None:
+        super()._config_changed(old)
+        target = self.config.target_entropy
+        object.__setattr__(self, "target_entropy", -float(self.action_dim) if target == "auto" else float(target))
 
     def _make_optimizers(self) -> None:
         params = [*self.critic.parameters(), *self.actor.parameters()]
         if self.learn_ent_coef:
-            params.append(self.log_ent_coef)
+            params.append(self._log_ent_coef)
         self.optimizers["optimizer"] = self.adam(params)
 
     def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
@@ -127,7 +141,7 @@ class SAC(OffPolicyAlgorithm):
         x, next_x = xx[:n], xx[n:]
         noise = torch.randn(2 * n, self.action_dim, generator=self.torch_rng, device=xx.device)
         actions, log_prob = self.actor(xx, noise)
-        ent_coef = self.log_ent_coef.detach().exp()
+        ent_coef = self.ent_coef_tensor
         critic_loss = self._critic_loss(x, next_x, batch, actions[n:], log_prob[n:], ent_coef)
         actor_loss = (ent_coef * log_prob[:n] - self._policy_value(x, actions[:n])).mean()
         if self.config.bc_loss_weight:

@@ -61,6 +61,7 @@ class TD3(OffPolicyAlgorithm):
     """TD3 for Box action spaces. See :class:`~herl.training.base.OffPolicyAlgorithm` for the arguments."""
 
     config_class = TD3Config
+    fixed_hyperparameters = OffPolicyAlgorithm.fixed_hyperparameters | {"actor_learning_rate", "critic_learning_rate"}
     default_net_arch = (400, 300)
 
     def _build(self, generator: torch.Generator) -> None:

@@ -78,6 +78,7 @@ class TQC(SAC):
     (atoms per critic, default 25); see :class:`~herl.training.base.OffPolicyAlgorithm` for the rest."""
 
     config_class = TQCConfig
+    fixed_hyperparameters = SAC.fixed_hyperparameters | {"top_quantiles_to_drop_per_net"}
     policy_options = {"n_quantiles": 25}
 
     @property

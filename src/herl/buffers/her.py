@@ -395,13 +395,58 @@ class HerReplayBuffer(ReplayBuffer):
         since the buffer was built or loaded (not saved)."""
         return float(np.mean(self._goal_moved)) if self._goal_moved else None
 
-    def truncate_last_trajectory(self) -> None:
-        """Close every running episode as truncated, e.g. before saving or after an interrupted run."""
-        storage = self.storage
-        envs = np.flatnonzero(storage.open_len > 0)
-        last_rows = storage.close(envs)
-        storage.transitions["truncated"][last_rows, envs] = True
+    def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any = None, infos: Any = None, *,
+            terminated: Any = None, truncated: Any = None) -> None:
+        """Store one transition per environment (see :meth:`ReplayBuffer.add`).
+
+        In SB3's form (``done`` with a list of ``infos``), the ``next_obs`` of an env whose episode ended must be its
+        final observation, which an SB3 VecEnv hands in ``infos[i]["terminal_observation"]`` while its ``step``
+        returns the next episode's reset observation in its place (SB3's algorithms swap them before calling
+        ``add``). Fed a VecEnv's raw output, this buffer takes the final observation from the infos: HER relabels
+        from the episode's last achieved goal, and a reset observation there would teach goals the episode never
+        reached. (Not through an SB3 ``VecNormalize``, whose terminal observations are normalized: there the
+        caller decides which form it stores.)
+        """
+        if done is not None and infos is not None and not isinstance(infos, Mapping):
+            next_obs = self._final_observations(next_obs, done, infos)
+        super().add(obs, next_obs, action, reward, done, infos, terminated=terminated, truncated=truncated)
+
+    def _final_observations(self, next_obs: Any, done: Any, infos: Any) -> Any:
+        """``next_obs`` with, for each env that ended, ``infos[i]["terminal_observation"]`` where it differs."""
+        ended = np.flatnonzero(self._flags(done, "done"))
+        if not len(ended) or len(infos) != self.n_envs or _vec_normalize(self.env) is not None:
+            return next_obs
+        finals = {int(i): infos[i].get("terminal_observation") for i in ended if isinstance(infos[i], Mapping)}
+        finals = {i: final for i, final in finals.items() if isinstance(final, Mapping)}
+        if not finals:
+            return next_obs
+        arrays = self._obs(next_obs, "next_obs")
+        replaced: dict[str, Any] | None = None
+        for i, final in finals.items():
+            keys = [k for k in self._obs_shapes if k in final]
+            if all(np.array_equal(to_numpy(arrays[k][i]), np.asarray(final[k]).reshape(self._obs_shapes[k][1:]))
+                   for k in keys):
+                continue
+            if replaced is None:  # a copy: the caller's arrays stay as they were
+                replaced = {k: (v.clone() if torch.is_tensor(v) else np.array(v, copy=True)) for k, v in arrays.items()}
+            for k in keys:
+                value = np.asarray(final[k]).reshape(self._obs_shapes[k][1:])
+                replaced[k][i] = torch.as_tensor(value) if torch.is_tensor(replaced[k]) else value
+        return arrays if replaced is None else replaced
+
+    def _after_truncation(self, envs: np.ndarray) -> None:
         self._episodes_ended(envs)
+
+    @property
+    def ep_length(self) -> np.ndarray:
+        """SB3's ``ep_length``: per row, the length of the ended episode it belongs to (0 while its episode runs)."""
+        return self.storage.ep_len.copy()
+
+    @property
+    def _current_ep_start(self) -> np.ndarray:
+        """SB3's ``_current_ep_start``: per env, the row its running episode started at (``pos`` when none runs)."""
+        storage = self.storage
+        return np.where(storage.open_len > 0, storage.open_start, storage.pos)
 
     def _last_episode(self, env_idx: int) -> np.ndarray:
         """Flat indices of the transitions of the episode ``env_idx`` just ended, in order."""
@@ -426,7 +471,27 @@ class HerReplayBuffer(ReplayBuffer):
                                           len(flat), "compute_reward")
         stored = to_numpy(rows.transition("reward"))
         wrong = np.flatnonzero(~np.isclose(recomputed, stored, atol=1e-5))
-        if len(wrong):
+        goals, next_goals = to_numpy(rows.state("desired_goal")), to_numpy(rows.next_state("desired_goal"))
+        goal_jumps = np.flatnonzero(~np.all(np.isclose(goals, next_goals), axis=tuple(range(1, goals.ndim))))
+        last = len(flat) - 1
+        # A goal env keeps its desired goal through an episode and a reset draws a new one: a desired goal that
+        # changes at the episode's last step only, or a reward that disagrees there only, says the next_obs stored
+        # for that step is the next episode's reset observation, not the env's reward function
+        looks_reset = len(flat) > 1 and (list(goal_jumps) == [last] or list(wrong) == [last])
+        if looks_reset and (len(wrong) or len(goal_jumps)):
+            from herl.envs.checks import GoalEnvWarning
+
+            warnings.warn(
+                f"the first episode stored ({len(flat)} steps) ends on a next_obs that looks like the next episode's "
+                "reset observation" + (f" (step returned reward {float(stored[last])!r} for that step, but its "
+                                       f"achieved goal gives {float(recomputed[last])!r})" if len(wrong) else
+                                       " (its desired goal changed at that step only)") +
+                ": the data passed to add() is wrong, not the env's compute_reward. The next_obs of a step that ends "
+                "an episode must be its final observation: infos[i]['terminal_observation'] of an SB3 VecEnv (this "
+                "buffer takes it from there when add(..., done, infos) gets the infos), infos['final_obs'][i] of a "
+                "gymnasium vector env in SAME_STEP autoreset mode, or a single env's own step result, never the "
+                "observation reset() returns. HER relabels from that last achieved goal", GoalEnvWarning, stacklevel=4)
+        elif len(wrong):
             from herl.envs.checks import GoalEnvWarning, reward_mismatch_message
 
             t = int(wrong[0])
@@ -434,7 +499,7 @@ class HerReplayBuffer(ReplayBuffer):
             hint = "" if self.copy_info_dict else "; if the reward needs info entries, pass copy_info_dict=True"
             warnings.warn(reward_mismatch_message(where, float(stored[t]), float(recomputed[t])) + hint +
                           ". HER relabels with compute_reward, so it would train on rewards the env never gives "
-                          "(`herl check-env` runs the full check)", GoalEnvWarning, stacklevel=3)
+                          "(`herl check-env` runs the full check)", GoalEnvWarning, stacklevel=4)
         if self._on_episode_end is not None:
             self._on_episode_end()
 
@@ -449,7 +514,7 @@ class HerReplayBuffer(ReplayBuffer):
                 f"an episode of {length} steps makes {self.n_sampled_goal * length} relabeled copies, which fill "
                 f"buffer_size={self.relabeled.rows}: they overwrite the episode's real transitions at once, so the "
                 f"buffer keeps none. Raise buffer_size to at least {(self.n_sampled_goal + 1) * length} (issue 10)",
-                stacklevel=4)
+                stacklevel=5)
         # The episode is stored once as it happened, then k relabeled copies of it. The reward function runs in
         # between and may raise: the store and the generator must then be as they were (issue 10: cpprb's
         # on_episode_end keeps the episode staged for a retry, which must not store it twice). So the copies are made
@@ -807,6 +872,15 @@ def _sb3_1x_arguments(buffer_size: Any, env: Any, wrapped_env: Any, env_info: An
             raise ValueError("pass the goal env once: env= (wrapped_env= is its name before SB3 1.6)")
         return wrapped_env
     return env
+
+
+def _vec_normalize(env: Any) -> Any:
+    """The SB3 ``VecNormalize`` in a VecEnv's wrapper chain (recognized by its interface), or None."""
+    while env is not None:
+        if hasattr(env, "obs_rms") and hasattr(env, "unnormalize_obs"):
+            return env
+        env = getattr(env, "venv", None)
+    return None
 
 
 def _time_limit(env: Any) -> int | None:

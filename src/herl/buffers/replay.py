@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -63,6 +64,10 @@ def _obs_spec(space: spaces.Space, name: str) -> FieldSpec:
     if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
         return FieldSpec(tuple(space.shape), np.dtype(space.dtype))
     raise TypeError(f"unsupported space for {name!r}: {space} (use Box, Discrete, MultiBinary or MultiDiscrete)")
+
+
+TRUNCATION_NOTE = ("The last trajectory in the replay buffer will be truncated: each running episode is closed here as "
+                   "cut by a time limit, so that no n-step return or HER goal crosses the break (its steps stay stored)")
 
 
 class ReplayBuffer:
@@ -243,12 +248,14 @@ class ReplayBuffer:
                 raise ValueError("add() got done and truncated: pass done with infos (SB3 form), or terminated and "
                                  "truncated (gymnasium form)")
             done = self._flags(done, "done")
-            n_done = np.count_nonzero(done)
-            if n_done:  # truncation only matters where an episode ends
-                truncated = self._timeouts(infos) & done if self.handle_timeout_termination else self._no_flags
-                terminated = done & ~truncated
+            timeouts = self._timeouts(infos) if self.handle_timeout_termination and infos is not None else None
+            if timeouts is not None and timeouts.any():
+                # a time limit ends the episode even where done is 0 (SB3's n-step buffer reads it so): truncated
+                done = done | timeouts
+                truncated, terminated = timeouts, done & ~timeouts
             else:
                 terminated, truncated = done, self._no_flags
+            n_done = np.count_nonzero(done)
         else:
             if done is not None:
                 raise ValueError("pass either done (with infos) or terminated/truncated, not both")
@@ -320,6 +327,12 @@ class ReplayBuffer:
         if self.storage_device is not None and isinstance(value, torch.Tensor):
             return value
         return to_numpy(value) if isinstance(value, torch.Tensor) else np.asarray(value)
+
+    def extend(self, *args: Any, **kwargs: Any) -> None:
+        """Add several steps at once (SB3's method): each argument holds one entry per step, in :meth:`add`'s order
+        (``obs, next_obs, action, reward, done, infos``)."""
+        for step in zip(*args):
+            self.add(*step, **kwargs)
 
     def _timeouts(self, infos: Any) -> np.ndarray:
         if infos is None:
@@ -396,6 +409,81 @@ class ReplayBuffer:
             weights = storage.priorities.weights(flat, self.beta if beta is None else beta, storage.n_transitions)
             indexes = flat
         return samples._replace(weights=self._to_torch(weights.reshape(-1, 1)), indexes=indexes)
+
+    # ------------------------------------------------------------------ running episodes
+    def truncate_last_trajectory(self, warn: bool = True) -> None:
+        """Close every running episode as cut by a time limit (SB3's method): before an env reset that the buffer
+        does not see, so that no n-step return or HER goal crosses it. ``warn`` says so when an episode was running,
+        as SB3 does; herl's own calls pass False where the reset is theirs to make."""
+        storage = self.storage
+        envs = np.flatnonzero(storage.open_len > 0)
+        if warn and len(envs):
+            warnings.warn(TRUNCATION_NOTE, UserWarning, stacklevel=2)
+        last_rows = storage.close(envs)
+        storage.transitions["truncated"][last_rows, envs] = True
+        self._after_truncation(envs)
+
+    def _after_truncation(self, envs: np.ndarray) -> None:
+        """What else closing the running episodes of ``envs`` needs (HER: its per-episode book-keeping)."""
+
+    # ------------------------------------------------------------------ SB3's arrays
+    # Stable-Baselines3 keeps one array per field shaped (rows, n_envs, ...), and code written for it reads them;
+    # herl packs the fields side by side (storage.py). These are copies in SB3's names and shapes: writing into
+    # one changes nothing stored (add() stores).
+    @property
+    def observations(self) -> Any:
+        return self._sb3_states(self.storage.states)
+
+    @property
+    def next_observations(self) -> Any:
+        storage = self.storage
+        if storage.share_states:  # the next state of row r is row r + 1's state
+            return self._sb3_states({k: np.roll(to_numpy(v), -1, axis=0) for k, v in storage.states.items()})
+        return self._sb3_states(storage.next_states)
+
+    @property
+    def actions(self) -> np.ndarray:
+        return np.array(to_numpy(self.storage.transitions["action"]))
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return np.array(to_numpy(self.storage.transitions["reward"]), dtype=np.float32)
+
+    @property
+    def dones(self) -> np.ndarray:
+        """1 where an episode ended (terminated or truncated), as SB3's ``dones``."""
+        transitions = self.storage.transitions
+        return ((to_numpy(transitions["terminated"]) > 0) | (to_numpy(transitions["truncated"]) > 0)).astype(np.float32)
+
+    @property
+    def timeouts(self) -> np.ndarray:
+        """1 where an episode was cut by a time limit, as SB3's ``timeouts``."""
+        return (to_numpy(self.storage.transitions["truncated"]) > 0).astype(np.float32)
+
+    def _sb3_states(self, states: Mapping[str, Any]) -> Any:
+        copies = {k: np.array(to_numpy(v)) for k, v in states.items()}
+        return copies if self._dict_obs else copies["obs"]
+
+    def _get_samples(self, batch_inds: Any, env: Any = None) -> ReplayBufferSamples | DictReplayBufferSamples:
+        """The transitions stored at rows ``batch_inds``, each from a random environment's column, as tensors (SB3's
+        internal ``_get_samples``, which SB3's own tests and some user code call); n-step returns as in :meth:`sample`.
+        A row that holds no sampleable transition (not written yet, or part of an overwritten episode) is refused."""
+        storage = self.storage
+        rows = np.asarray(batch_inds).reshape(-1)
+        if rows.dtype.kind not in "iu" or (rows < 0).any() or (rows >= storage.rows).any():
+            raise IndexError(f"batch_inds must be whole numbers in [0, {storage.rows}), got {batch_inds!r}")
+        envs = self.rng.integers(self.n_envs, size=len(rows)) if self.n_envs > 1 else np.zeros(len(rows), np.int64)
+        if not storage.is_transition[rows, envs].all():
+            raise IndexError(f"rows {sorted(set(rows[~storage.is_transition[rows, envs]].tolist()))} hold no stored "
+                             "transition: sample rows below size() that an episode still holds")
+        flat = rows.astype(np.int64) * self.n_envs + envs
+        batch = GatheredRows(storage, flat)
+        if self.n_steps > 1:
+            self._n_step(storage, flat, batch)
+        samples = self._to_samples(batch, env=env)
+        if batch.discounts is not None:
+            samples = samples._replace(discounts=self._to_torch(batch.discounts.reshape(-1, 1)))
+        return samples
 
     def _sample_arrays(self, batch_size: int):
         storage = self.storage
@@ -585,7 +673,9 @@ class ReplayBuffer:
         from herl.io.archive import generator_state
 
         meta, arrays = read_archive(path, kind=cls.FILE_KIND, max_version=cls.FILE_VERSION)
-        if meta.get("class") != cls.__name__:
+        # an n-step buffer is a ReplayBuffer with n_steps set: ReplayBuffer.load reads one (a model with n_steps > 1
+        # makes its buffer as an NStepReplayBuffer, and loads it back through its replay_buffer_class)
+        if meta.get("class") != cls.__name__ and not (cls is ReplayBuffer and meta.get("class") == "NStepReplayBuffer"):
             raise ArchiveError(f"{path} holds a {meta.get('class')}, not a {cls.__name__}: load it with "
                                f"{meta.get('class')}.load")
         generator_state(path, meta)
@@ -626,8 +716,9 @@ class ReplayBuffer:
     def load(cls, path: str | os.PathLike, *, device: torch.device | str = "auto", seed: int | None = None) -> ReplayBuffer:
         """Read a buffer saved by :meth:`save`. ``seed`` reseeds sampling; by default it continues as saved."""
         meta, arrays, obs_space, act_space = cls._read(path)
+        klass = NStepReplayBuffer if meta["class"] == "NStepReplayBuffer" else cls
         with _file_errors(path):
-            buffer = cls(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
+            buffer = klass(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
             buffer._restore(meta, arrays, seed)
         return buffer
 

@@ -292,7 +292,8 @@ class HER:
         """SB2 built its TensorFlow graph here; herl's model is ready at construction, so this does nothing."""
 
     def get_env(self) -> Any:
-        return self.model.get_env()
+        """The env given (SB2's HER returned it as it was, not as a VecEnv)."""
+        return self.model._raw_env
 
     def set_env(self, env: Any) -> None:
         self.model.set_env(_unwrap_flat(env))

@@ -35,7 +35,8 @@ def generate_expert_traj(model: Any, save_path: str | os.PathLike | None = None,
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
     act = _policy(model, deterministic)
-    env = env if env is not None else getattr(model, "get_env", lambda: None)()
+    if env is None:  # the model's own env: a herl model's as given (its get_env() is a VecEnv view of it)
+        env = getattr(model, "_raw_env", None) if hasattr(model, "_raw_env") else getattr(model, "get_env", lambda: None)()
     if env is None:
         raise ValueError("pass the env to record on: env=gymnasium env or id (a callable expert has none of its own)")
     own_env = isinstance(env, str)

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import io
 import math
 import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
 
-from herl.io.archive import ArchiveError, generator_state, read_archive, write_archive
+from herl.io.archive import ArchiveError, generator_state, is_stream, read_archive, write_archive
 from herl.io.spaces import space_from_json, space_to_json
 
 MODEL_KIND = "model"
@@ -29,9 +30,17 @@ MODEL_VERSION = 1
 _JSON_TYPES = (str, int, float, bool, type(None))
 
 
-def model_path(path: str | os.PathLike, *, reading: bool) -> Path:
+def model_path(path: str | os.PathLike | IO[bytes], *, reading: bool) -> Path | IO[bytes]:
     """Stable-Baselines' file names: ``save("name")`` writes ``name.zip`` (a path without a suffix gets one),
-    and ``load("name")`` reads ``name.zip`` when there is no file ``name``."""
+    and ``load("name")`` reads ``name.zip`` when there is no file ``name``.
+
+    A file object (``open(path, "rb")``, ``io.BytesIO``; SB3 takes them too) is returned as it is, except that one
+    read from that cannot seek is read into memory: loading reads the file more than once.
+    """
+    if is_stream(path):
+        if reading and hasattr(path, "read") and not getattr(path, "seekable", lambda: False)():
+            return io.BytesIO(path.read())
+        return path
     path = Path(path)
     if reading:
         with_zip = Path(f"{path}.zip")
@@ -39,8 +48,34 @@ def model_path(path: str | os.PathLike, *, reading: bool) -> Path:
     return path.with_name(path.name + ".zip") if path.suffix == "" else path
 
 
-def write_model(model: Any, path: str | os.PathLike) -> None:
-    """Write ``model`` (a herl off-policy algorithm) to ``path`` (``.zip`` appended when it has no suffix)."""
+def print_system_info(path: str | os.PathLike | IO[bytes]) -> None:
+    """Print the versions of this system and of the one that saved the model at ``path`` (SB3's ``load(...,
+    print_system_info=True)``): when a loaded model acts differently, they say what changed. Files written before
+    herl recorded them hold only herl's version. A file that cannot be read prints why, and loading it then raises
+    the full error."""
+    from herl.io.archive import describe, read_header, system_info
+
+    print("== CURRENT SYSTEM INFO ==")
+    for key, value in system_info().items():
+        print(f"- {key}: {value}")
+    print("== SAVED MODEL SYSTEM INFO ==")
+    try:
+        header = read_header(path)
+    except (ArchiveError, OSError, TypeError) as err:
+        print(f"(cannot read {describe(path)}: {err})")
+        return
+    saved = header.get("system_info")
+    if not isinstance(saved, dict):
+        saved = {"herl": header.get("herl_version", "unknown")}
+        print("(saved by a herl that recorded only its own version)")
+    for key, value in saved.items():
+        if isinstance(value, (str, int, float)):  # what a damaged file holds there is not printed
+            print(f"- {key}: {value}")
+
+
+def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) -> None:
+    """Write ``model`` (a herl off-policy algorithm) to ``path`` (``.zip`` appended when it has no suffix); ``verbose``:
+    whether the file keeps the model's verbosity (SB3 keeps it unless ``save(..., exclude=["verbose"])``)."""
     path = model_path(path, reading=False)
     arrays: dict[str, np.ndarray] = {}
     for name, module in model.nets.items():
@@ -53,6 +88,15 @@ def write_model(model: Any, path: str | os.PathLike) -> None:
             for key, value in param_state.items():
                 arrays[f"optim/{name}/{index}/{key}"] = torch.as_tensor(value).detach().cpu().numpy()
         optimizers[name] = [_jsonable_kwargs(group) for group in state["param_groups"]]
+    # every network by name, those without weights or statistics too (an encoder that does not normalize): the
+    # file's layout is the model's, and a reader need not guess which networks an empty entry would have named
+    nets = list(model.nets)
+    if model._last_obs is not None:  # where the envs were, for load(..., env=the same envs, force_reset=False)
+        obs = model._last_obs
+        for key, value in (obs.items() if isinstance(obs, Mapping) else [("", obs)]):
+            arrays[f"loop/last_obs/{key}"] = np.asarray(value)
+        arrays["loop/ep_returns"] = np.asarray(model._ep_returns, dtype=np.float64)
+        arrays["loop/ep_lengths"] = np.asarray(model._ep_lengths, dtype=np.int64)
     arrays["torch_rng"] = model.torch_rng.get_state().numpy()  # a CPU and a CUDA generator's states differ in form
     noise = model.action_noise
     meta = {
@@ -68,7 +112,15 @@ def write_model(model: Any, path: str | os.PathLike) -> None:
         "replay_buffer_kwargs": _jsonable_kwargs(model.replay_buffer_kwargs),
         "seed": model.seed,
         "counters": {"num_timesteps": model.num_timesteps, "n_updates": model._n_updates, "episode_num": model._episode_num},
+        "nets": nets,
+        **({"verbose": int(model.verbose)} if verbose else {}),
         "optimizers": optimizers,
+        "training_state": {name: getattr(model, name) for name in model.saved_state},
+        # the exploration noise's generator and, for Ornstein-Uhlenbeck, its running value: with them a loaded DDPG or
+        # TD3 explores on as the saved one would
+        "action_noise_state": None if noise is None else {
+            "rng_state": noise.rng.bit_generator.state,
+            "noise_prev": np.asarray(getattr(noise, "noise_prev", [])).tolist()},
         "rng_state": model.rng.bit_generator.state,
         "torch_rng_device": model.device.type,
     }
@@ -108,6 +160,13 @@ def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[di
             elif kind == "optim":
                 name, index, field = rest.split("/", 2)
                 optim_states.setdefault(name, {}).setdefault(int(index), {})[field] = torch.from_numpy(array)
+        # a network without state (an encoder that does not normalize) has no arrays: its entry is empty. Files written
+        # before the "nets" field lack such entries; set_parameters needs none for a network without state.
+        nets = meta.get("nets", [])
+        if not isinstance(nets, list) or not all(isinstance(name, str) for name in nets):
+            raise ArchiveError(f"{path}: its 'nets' field must be a list of network names, got {nets!r}")
+        for name in nets:
+            params.setdefault(name, {})
         for name, groups in _field(meta, "optimizers", dict).items():
             params[f"{name}.optimizer"] = {"state": optim_states.get(name, {}), "param_groups": groups}
     except (KeyError, ValueError, TypeError) as err:
@@ -118,7 +177,7 @@ def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[di
 
 
 def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, overrides: dict[str, Any],
-               custom_objects: Mapping[str, Any] | None = None) -> Any:
+               custom_objects: Mapping[str, Any] | None = None, force_reset: bool = True) -> Any:
     """Rebuild the model saved at ``path`` as ``cls`` (or, for the base class, as the saved algorithm).
 
     ``overrides`` must be hyperparameters of the model; ``custom_objects`` (SB3's) replaces only what
@@ -129,10 +188,11 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
 
     Everything read from the file is checked before it is used, and a file that fails a check is refused with an
     :class:`~herl.errors.ArchiveError` naming the field (issue 10); only the algorithm's hyperparameters are taken
-    from it (a file cannot set ``tensorboard_log`` or ``verbose``, which say where and what training writes).
+    from it (a file cannot set ``tensorboard_log``, which says where training writes), and the verbosity (0, 1 or 2)
+    the model was saved with, as SB3 keeps it.
     """
     from herl.algorithms import ALGORITHMS
-    from herl.buffers import HerReplayBuffer, ReplayBuffer
+    from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
     from herl.training.noise import noise_from_json
 
     path = model_path(path, reading=True)
@@ -143,7 +203,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
             raise ArchiveError(f"{path} holds an unknown algorithm {algorithm!r}: herl knows {sorted(ALGORITHMS)}")
         cls = ALGORITHMS[algorithm]
     _, params = read_model(path, expected=cls.__name__)
-    buffers = {"HerReplayBuffer": HerReplayBuffer, "ReplayBuffer": ReplayBuffer}
+    buffers = {cls.__name__: cls for cls in (HerReplayBuffer, NStepReplayBuffer, ReplayBuffer)}
     try:
         config = cls.config_class.with_former_defaults(_field(meta, "config", dict))
         unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls.config_class)})
@@ -196,11 +256,67 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     if env is not None or overrides:
         model = _with_env(model, cls, policy, env, device, kwargs, overrides, obs_space, act_space, params)
     model.num_timesteps, model._n_updates, model._episode_num = counts
+    _restore_training_state(path, model, meta)
+    if env is not None and not force_reset:
+        _restore_last_observations(path, model, arrays)
+    if "verbose" in meta and "verbose" not in overrides:  # what the model prints while training: 0, 1 or 2 (never where it writes)
+        if meta["verbose"] not in (0, 1, 2) or isinstance(meta["verbose"], bool):
+            raise ArchiveError(f"{path}: its verbose={meta['verbose']!r} is not 0, 1 or 2: the file is damaged")
+        model.verbose = meta["verbose"]
     if env is not None or overrides:
         model.rng.bit_generator.state = rng_state
         if meta.get("torch_rng_device") == model.device.type and "torch_rng" in arrays:
             model.torch_rng.set_state(torch.from_numpy(arrays["torch_rng"].copy()).to(torch.uint8))
     return model
+
+
+def _restore_last_observations(path: Path, model: Any, arrays: dict[str, np.ndarray]) -> None:
+    """``load(..., env=envs, force_reset=False)`` (SB3's): go on from the observations the saved model would have acted
+    on next, in ``envs`` as they are (the caller's promise that they kept their state); a file without them, or whose
+    envs were more or fewer, resets as usual."""
+    saved = {k[len("loop/last_obs/"):]: v for k, v in arrays.items() if k.startswith("loop/last_obs/")}
+    returns, lengths = arrays.get("loop/ep_returns"), arrays.get("loop/ep_lengths")
+    if not saved or returns is None or lengths is None or returns.shape != (model.n_envs,) \
+            or lengths.shape != (model.n_envs,):
+        return
+    space = model.observation_space
+    keys = set(space.spaces) if hasattr(space, "spaces") else {""}
+    if set(saved) != keys or any(v.shape[:1] != (model.n_envs,) for v in saved.values()):
+        raise ArchiveError(f"{path}: its last observations have keys {sorted(saved)} or a batch size that do not fit "
+                           "the model: the file is damaged")
+    model._last_obs = {k: v.copy() for k, v in saved.items()} if "" not in saved else saved[""].copy()
+    model._ep_returns, model._ep_lengths = returns.astype(np.float64), lengths.astype(np.int64)
+    model._env_was_seeded = True
+
+
+def _restore_training_state(path: Path, model: Any, meta: dict[str, Any]) -> None:
+    """The numbers of ``model.saved_state`` and the exploration noise's state, from a file that has them (files
+    written before they were saved load with the defaults, as before)."""
+    state = meta.get("training_state", {})
+    if not isinstance(state, dict):
+        raise ArchiveError(f"{path}: its 'training_state' field is a {type(state).__name__}: the file is damaged")
+    for name in model.saved_state:
+        if name not in state:
+            continue
+        value, kind = state[name], type(getattr(model, name))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+                or (kind is int and type(value) is not int):
+            raise ArchiveError(f"{path}: its training state {name}={value!r} is not a number >= 0: the file is damaged")
+        setattr(model, name, kind(value))
+    noise_state, noise = meta.get("action_noise_state"), model.action_noise
+    if noise_state is None or noise is None:
+        return
+    try:
+        rng = np.random.default_rng()
+        rng.bit_generator.state = noise_state["rng_state"]
+        noise.rng.bit_generator.state = rng.bit_generator.state
+        if hasattr(noise, "noise_prev"):
+            prev = np.asarray(noise_state["noise_prev"], dtype=np.float64)
+            if (prev.shape != noise.mean.shape and prev.shape[1:] != noise.mean.shape) or not np.isfinite(prev).all():
+                raise ValueError(f"noise_prev of shape {prev.shape} for noise of shape {noise.mean.shape}")
+            noise.noise_prev = prev
+    except (KeyError, TypeError, ValueError) as err:
+        raise ArchiveError(f"{path}: its action noise state is damaged ({type(err).__name__}: {err})") from err
 
 
 def _with_env(model: Any, cls: type, policy: str, env: Any, device: Any, kwargs: dict[str, Any],

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from herl.nn.acting import ActingNetwork
+
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16}
 """The ``precision`` policy setting: the dtype of the hidden-to-hidden matmuls (None: float32)."""
 AUTO_PRECISION = "auto"
@@ -59,9 +61,10 @@ def _layer_norm(h: torch.Tensor, width: int, weight: torch.Tensor, bias: torch.T
     return torch.addcmul(bias.to(h.dtype), h, weight.to(h.dtype))
 
 
-class MLP(nn.Module):
+class MLP(ActingNetwork, nn.Module):
     """``in_dim -> hidden... -> out_dim`` with an activation between layers (none after the last);
-    ``layer_norm``: a layer norm before each hidden activation."""
+    ``layer_norm``: a layer norm before each hidden activation. DQN's Q-network is one (hence ``predict``, see
+    :mod:`herl.nn.acting`)."""
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from herl.nn.acting import ActingNetwork
 from herl.nn.mlp import MLP
 from herl.nn.normalizer import RunningNormalizer
 
@@ -80,7 +81,7 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class SquashedGaussianActor(nn.Module):
+class SquashedGaussianActor(ActingNetwork, nn.Module):
     """SAC's policy: a Gaussian over pre-squash actions, squashed into [-1, 1] by tanh (Haarnoja et al. 2018, app. C)."""
 
     def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
@@ -112,7 +113,7 @@ class SquashedGaussianActor(nn.Module):
         return action, log_prob.sum(dim=-1, keepdim=True)
 
 
-class DeterministicActor(nn.Module):
+class DeterministicActor(ActingNetwork, nn.Module):
     """DDPG/TD3's policy: an MLP with tanh output in [-1, 1]."""
 
     def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
@@ -124,7 +125,7 @@ class DeterministicActor(nn.Module):
         return torch.tanh(self.net(x))
 
 
-class DuelingQNetwork(nn.Module):
+class DuelingQNetwork(ActingNetwork, nn.Module):
     """Dueling Q-values (Wang et al. 2016) in Stable-Baselines' form: a value stream ``V(s)`` and an advantage stream
     ``A(s, .)``, each its own MLP from the observations with the hidden layers ``hidden``, combined as
     ``Q(s, a) = V(s) + A(s, a) - mean_b A(s, b)``."""

@@ -265,7 +265,7 @@ def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict
                       "deterministic given its seed): they are cut short and new ones start, so training goes on "
                       "from here but not bit for bit as the interrupted run would have", stacklevel=2)
         if hasattr(model.replay_buffer, "truncate_last_trajectory"):
-            model.replay_buffer.truncate_last_trajectory()
+            model.replay_buffer.truncate_last_trajectory(warn=False)
         observations = _stack([rec.reset()[0] for rec in envs])
         model._ep_returns[:] = 0.0
         model._ep_lengths[:] = 0

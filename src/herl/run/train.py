@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 import concurrent.futures
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -136,8 +137,10 @@ def build_model(config: TrainConfig, env: Any) -> Any:
     observation_space = env.single_observation_space if hasattr(env, "single_observation_space") else env.observation_space
     policy = "MultiInputPolicy" if isinstance(observation_space, spaces.Dict) else "MlpPolicy"
     try:
-        return cls(policy, env, seed=config.seed, device=config.device, policy_kwargs=config.policy.to_policy_kwargs(),
-                   **kwargs)
+        with warnings.catch_warnings():  # a CUDA device on a machine without one: the run's notes say it (_start_in)
+            warnings.filterwarnings("ignore", message=r".* is not available here: using the CPU", category=UserWarning)
+            return cls(policy, env, seed=config.seed, device=config.device,
+                       policy_kwargs=config.policy.to_policy_kwargs(), **kwargs)
     except (ValueError, TypeError) as err:
         raise CLIError(f"cannot build {cls.__name__} for {config.env}: {err}") from err
 
@@ -233,7 +236,7 @@ class RunCallback(BaseCallback):
         self.progress.restart_rate()
 
     def checkpoint(self) -> None:
-        write_checkpoint(self.run_dir, self.model, self.model.get_env(), wall_time=self.run_logger.wall_time(),
+        write_checkpoint(self.run_dir, self.model, self.model._raw_env, wall_time=self.run_logger.wall_time(),
                          keep=self.config.checkpoint.keep)
         self.progress.restart_rate()
 
@@ -489,6 +492,9 @@ def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: in
                      "choose it")
     if config.policy.precision == "auto":
         notes.append(_precision_note(model))
+    if config.device != "auto" and torch.device(config.device).type != model.device.type:
+        notes.append(f"device={config.device}, but it is not available here: training on the "
+                     f"{model.device.type.upper()}")
     resolved = dataclasses.replace(config, hyperparameters=model.config.to_json(), notes=tuple(notes))
     for note in resolved.notes:
         print(f"herl train: note: {note}", file=sys.stderr, flush=True)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
+import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import numpy as np
 import torch
@@ -27,14 +29,15 @@ from gymnasium import spaces
 from torch import nn
 
 from herl.algorithms.bc import check_demonstrations
-from herl.buffers import HerReplayBuffer, ReplayBuffer
-from herl.errors import NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, as_integer, check, integer
+from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
+from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, EnvMismatchError, NonFiniteError, as_integer, check, integer
+from herl.nn.acting import ActingNetwork
 from herl.nn.mlp import PRECISIONS, resolve_precision, set_precision
 from herl.nn.policies import ObservationEncoder
 from herl.training.config import SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
 from herl.training.logger import Logger
-from herl.training.noise import ActionNoise
+from herl.training.noise import ActionNoise, as_action_noise
 from herl.utils import flush_denormals, get_device
 
 POLICIES = ("MultiInputPolicy", "MlpPolicy")
@@ -71,9 +74,11 @@ class OffPolicyAlgorithm:
         tensorboard_log: folder for TensorBoard logs (one subfolder per ``learn`` call).
         verbose: 1 prints the training table, 0 nothing.
         seed: seeds the networks, the exploration, the buffer's sampling and the env's first reset.
-        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ...
+        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ... (``"cuda"`` on a machine without CUDA
+            falls back to the CPU with a warning, as SB3 does without one).
         n_envs: with an env id, how many copies to step together.
-        **hyperparameters: the fields of the algorithm's config (``learning_rate``, ``buffer_size``, ...).
+        **hyperparameters: the fields of the algorithm's config (``learning_rate``, ``buffer_size``, ...), and SB3's
+            ``optimize_memory_usage`` (passed to the replay buffer), ``use_sde=False``, ``_init_setup_model=True``.
     """
 
     config_class: ClassVar[type[OffPolicyConfig]] = OffPolicyConfig
@@ -84,6 +89,9 @@ class OffPolicyAlgorithm:
     """Policy kwargs the algorithm reads beyond ``net_arch``, ``activation_fn`` and ``n_critics``, with defaults."""
     action_space_types: ClassVar[tuple[type, ...]] = (spaces.Box,)
     precisions: ClassVar[tuple[str, ...]] = tuple(PRECISIONS)
+    saved_state: ClassVar[tuple[str, ...]] = ("_total_timesteps", "_current_progress_remaining")
+    """Numbers besides the counters that training reads and the model file keeps (DQN adds its exploration rate and
+    the step of its last target update), so that a loaded model trains on as the saved one would."""
     """The ``precision`` policy settings the algorithm can run in (``"auto"`` picks among them)."""
 
     def __init__(
@@ -107,8 +115,8 @@ class OffPolicyAlgorithm:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}: use one of {list(POLICIES)} (policy classes are not supported)")
         self.policy_name = policy  # the policy string ("MultiInputPolicy"); self.policy is the networks
-        _accept_sde_off(hyperparameters)
         owner = type(self).__name__
+        replay_buffer_kwargs = _accept_sb3_arguments(owner, hyperparameters, replay_buffer_kwargs)
         check(owner, "seed", seed, integer(0, also=(None,)))
         check(owner, "n_envs", n_envs, POSITIVE_INT)
         self.config = self.config_class.from_kwargs(hyperparameters)
@@ -120,6 +128,7 @@ class OffPolicyAlgorithm:
         self.policy_config = dataclasses.replace(self.policy_config, precision=precision)  # saved as resolved
         self.verbose = int(verbose)
         self.tensorboard_log = None if tensorboard_log is None else str(tensorboard_log)
+        action_noise = as_action_noise(action_noise)
         self.action_noise = action_noise
         self.replay_buffer_class = replay_buffer_class or ReplayBuffer
         self.replay_buffer_kwargs = dict(replay_buffer_kwargs or {})
@@ -130,7 +139,9 @@ class OffPolicyAlgorithm:
         self.rng = np.random.default_rng(rng_seed)
         self.torch_rng = torch.Generator(device=self.device).manual_seed(torch_seed)
         if action_noise is not None and not action_noise.seeded:
-            action_noise.seed(noise_seed)
+            # a noise its user did not seed follows the model's seed, anew for each model it is given to (in SB3 it
+            # draws from numpy's global generator, which the model's seed resets)
+            action_noise.follow_seed(noise_seed)
 
         self.env = None
         self._raw_env = None
@@ -158,6 +169,7 @@ class OffPolicyAlgorithm:
             self._build(torch.Generator().manual_seed(init_seed))
         set_precision(self.nets, self.policy_config.precision)
         self.nets.to(self.device)
+        self.nets._bind_acting_networks()  # model.actor.predict / model.q_net.predict, as SB3's
         self._make_optimizers()
         self._train_info: dict[str, torch.Tensor | float] = {}  # the last update's losses, read at log time
 
@@ -178,6 +190,58 @@ class OffPolicyAlgorithm:
         self.replay_buffer: ReplayBuffer | None = None
         if self.env is not None:
             self.replay_buffer = self._make_replay_buffer()
+        self._hyperparameters_live = True  # from here, model.<hyperparameter> = v changes the config (__setattr__)
+
+    # ------------------------------------------------------------------ hyperparameters as attributes (SB3)
+    fixed_hyperparameters: ClassVar[frozenset[str]] = frozenset(
+        {"normalize_observations", "clip_observations", "buffer_size", "n_steps"})
+    """Hyperparameters that shape what the constructor built (the encoder, the replay buffer, networks): they read as
+    attributes but are set only at construction or load."""
+
+    def __getattr__(self, name: str) -> Any:
+        """``model.gamma``, ``model.batch_size``, ...: the hyperparameters read as attributes, as in SB3."""
+        config = self.__dict__.get("config")
+        if config is not None and name in _field_names(type(config)):
+            return getattr(config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """``model.gamma = 0.95`` changes the hyperparameter that training reads (SB3 users set them so), checked as
+        the constructor checks it; one that shaped what was built (:attr:`fixed_hyperparameters`) is refused."""
+        if self.__dict__.get("_hyperparameters_live") and name in _field_names(self.config_class):
+            self.set_hyperparameters(**{name: value})
+        else:
+            object.__setattr__(self, name, value)
+
+    def set_hyperparameters(self, **values: Any) -> None:
+        """Change hyperparameters of a built model (``model.learning_rate = 1e-4`` does the same for one): the config
+        is rebuilt and checked, and what the model derived from it (the optimizers' step sizes, TD-target bounds, the
+        n-step buffer's discount, ...) follows."""
+        fixed = sorted(set(values) & self.fixed_hyperparameters)
+        if fixed:
+            raise AttributeError(
+                f"{type(self).__name__}'s {', '.join(fixed)} shaped the networks or the replay buffer when the model was "
+                f"built: pass it to the constructor, or to {type(self).__name__}.load(path, env=..., {fixed[0]}=...)")
+        old = self.config
+        current = {name: getattr(old, name) for name in _field_names(type(old))}
+        object.__setattr__(self, "config", self.config_class.from_kwargs({**current, **values}))
+        self._config_changed(old)
+
+    def _config_changed(self, old: OffPolicyConfig) -> None:
+        """Bring what the model derived from ``old`` (its config before a change) in line with ``self.config``."""
+        cfg = self.config
+        if cfg.learning_rate != old.learning_rate:
+            for optimizer in self.optimizers.values():
+                for group in optimizer.param_groups:
+                    if group["lr"] == old.learning_rate:  # TD3's own actor or critic rate, when given, stays
+                        group["lr"] = cfg.learning_rate
+        self._target_bounds = cfg.target_bounds()
+        buffer = self.replay_buffer
+        if buffer is not None and getattr(buffer, "n_steps", 1) > 1 and buffer.gamma == old.gamma:
+            buffer.gamma = cfg.gamma
+        if cfg.stats_window_size != old.stats_window_size:
+            self.ep_info_buffer = deque(self.ep_info_buffer, maxlen=cfg.stats_window_size)
+            self.ep_success_buffer = deque(self.ep_success_buffer, maxlen=cfg.stats_window_size)
 
     # ------------------------------------------------------------------ what algorithms define
     @classmethod
@@ -242,7 +306,7 @@ class OffPolicyAlgorithm:
             critic.train(training)
         return q.reshape(q.shape[0], x.shape[0], -1).mean(dim=(0, 2))
 
-    def clip_target(self, target: torch.Tensor) -> torch.Tensor:
+    def _clip_target(self, target: torch.Tensor) -> torch.Tensor:
         return target if self._target_bounds is None else target.clamp_(*self._target_bounds)
 
     def td_target(self, batch: Any, next_values: torch.Tensor) -> torch.Tensor:
@@ -252,7 +316,7 @@ class OffPolicyAlgorithm:
             target = torch.addcmul(batch.rewards, 1.0 - batch.dones, next_values, value=self.config.gamma)
         else:
             target = torch.addcmul(batch.rewards, (1.0 - batch.dones) * batch.discounts, next_values)
-        return self.clip_target(target)
+        return self._clip_target(target)
 
     @staticmethod
     @torch.no_grad()
@@ -284,7 +348,10 @@ class OffPolicyAlgorithm:
             if kwargs.get("n_steps", n_steps) != n_steps:
                 raise ValueError(f"n_steps={n_steps} but replay_buffer_kwargs has n_steps={kwargs['n_steps']}: give one of them")
             kwargs.update(n_steps=n_steps, gamma=kwargs.get("gamma", self.config.gamma))
-        buffer = self.replay_buffer_class(
+        buffer_class = self.replay_buffer_class
+        if buffer_class is ReplayBuffer and n_steps > 1:  # the same buffer, under the class name SB3 gives it
+            buffer_class = NStepReplayBuffer
+        buffer = buffer_class(
             self.config.buffer_size, self.observation_space, self.action_space,
             device=self.device, n_envs=self.n_envs, **kwargs,
         )
@@ -293,8 +360,11 @@ class OffPolicyAlgorithm:
         return buffer
 
     def get_env(self) -> Any:
-        """The env given to the constructor, :meth:`set_env` or :meth:`load` (None if there is none)."""
-        return self._raw_env
+        """The training env as a Stable-Baselines3 VecEnv, as SB3 returns it (None if there is none): an SB3 VecEnv
+        you gave is returned itself; any other env (given to the constructor, :meth:`set_env` or :meth:`load`) through
+        a :class:`herl.training.envs.VecEnv` view, the same object until :meth:`set_env`. Stepping it is safe: the next
+        ``learn`` resets the env first (see that class)."""
+        return None if self.env is None else self.env.vec_env()
 
     def get_vec_normalize_env(self) -> Any:
         """The SB3 ``VecNormalize`` wrapping the training env, or None (SB3's method)."""
@@ -310,14 +380,32 @@ class OffPolicyAlgorithm:
                 f"{self.observation_space}, action {adapter.action_space} vs {self.action_space}"
             )
         if self.replay_buffer is not None and adapter.n_envs != self.n_envs:
-            raise ValueError(f"the replay buffer was made for {self.n_envs} env(s), this env has {adapter.n_envs}")
+            raise EnvMismatchError(f"the replay buffer was made for {self.n_envs} env(s), this env has {adapter.n_envs}: "
+                                   f"give an env of {self.n_envs}, or a new model for {adapter.n_envs}")
         self._raw_env, self.env, self.n_envs = raw, adapter, adapter.n_envs
         if force_reset or self._ep_returns.shape != (self.n_envs,):
+            if self._last_obs is not None and hasattr(self.replay_buffer, "truncate_last_trajectory"):
+                # the running episodes end here (the next learn resets the new env): close them as truncated, so
+                # that HER never draws a future goal across the change, as a model loaded with this env has them
+                self.replay_buffer.truncate_last_trajectory(warn=False)
             self._last_obs = None
+            self._env_was_seeded = False
         if self.replay_buffer is None:
             self.replay_buffer = self._make_replay_buffer()
         elif isinstance(self.replay_buffer, HerReplayBuffer):
             self.replay_buffer.set_env(raw)
+
+    def _first_reset_seed(self) -> int:
+        """The seed of the first reset of an env this model has not reset yet.
+
+        A model's first env gets the env seed its ``seed`` fixes. An env given after training began (``set_env``, or
+        ``load(..., env=)``) gets one drawn from the model's generator, whose state the model file keeps: a loaded
+        model and the one it was saved from, each given a new env, reset them alike and train on identically, and
+        the new env does not replay the goals of the run's first episodes.
+        """
+        if self.num_timesteps == 0:
+            return self._env_seed
+        return int(self.rng.integers(2**32))
 
     # ------------------------------------------------------------------ acting
     def _unscale(self, actions: np.ndarray) -> np.ndarray:
@@ -463,6 +551,14 @@ class OffPolicyAlgorithm:
         self.check_losses()
         return {f"train/{k}": float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in self._train_info.items()}
 
+    def dump_logs(self) -> None:
+        """Write the rollout, training and time statistics now (SB3's method; its ``LogEveryNTimesteps`` calls it)."""
+        from herl.training.loop import dump_logs
+
+        if self.logger is None:
+            raise ValueError("there is nothing to log before learn() starts: call dump_logs from a callback or after learn")
+        dump_logs(self, *self.__dict__.get("_log_start", (self.num_timesteps, time.perf_counter())))
+
     def set_logger(self, logger: Logger) -> None:
         """Log to ``logger`` (e.g. from :func:`herl.training.logger.configure`) instead of the default one."""
         self.logger = logger
@@ -471,7 +567,10 @@ class OffPolicyAlgorithm:
     # ------------------------------------------------------------------ parameters and files
     def get_parameters(self) -> dict[str, dict[str, Any]]:
         """State dicts of every network (``"actor"``, ``"critic"``, ...) and optimizer (``"<name>.optimizer"``)."""
-        params: dict[str, dict[str, Any]] = {name: module.state_dict() for name, module in self.nets.items()}
+        # a network without state (an encoder that does not normalize) has no entry, as SB3 lists only what holds
+        # tensors
+        params: dict[str, dict[str, Any]] = {name: state for name, module in self.nets.items()
+                                             if (state := module.state_dict())}
         params.update({f"{name}.optimizer": opt.state_dict() for name, opt in self.optimizers.items()})
         return params
 
@@ -484,7 +583,9 @@ class OffPolicyAlgorithm:
             params = load_path_or_dict
         else:
             params = read_model(load_path_or_dict, expected=type(self).__name__)[1]
-        missing = [name for name in [*self.nets, *(f"{n}.optimizer" for n in self.optimizers)] if name not in params]
+        # a network without state (an encoder that does not normalize) needs no entry: there is nothing to load
+        required = [name for name, module in self.nets.items() if module.state_dict()]
+        missing = [name for name in [*required, *(f"{n}.optimizer" for n in self.optimizers)] if name not in params]
         if exact_match and missing:
             raise ValueError(f"the parameters lack {missing}; pass exact_match=False to load a subset")
         for name, state in params.items():
@@ -493,17 +594,24 @@ class OffPolicyAlgorithm:
                 if opt_name not in self.optimizers:
                     raise ValueError(f"unknown optimizer {opt_name!r} in the parameters: this model has {sorted(self.optimizers)}")
                 self.optimizers[opt_name].load_state_dict(state)
+                _shape_optimizer_state(self.optimizers[opt_name])
             elif name in self.nets:
                 self.nets[name].load_state_dict(state, strict=exact_match)
             else:
                 raise ValueError(f"unknown network {name!r} in the parameters: this model has {sorted(self.nets)}")
 
-    def save(self, path: str | os.PathLike, exclude: Any = None, include: Any = None) -> None:
+    def save(self, path: str | os.PathLike | IO[bytes], exclude: Any = None, include: Any = None) -> None:
         """Write the model (hyperparameters, spaces, weights, optimizer states, normalizer statistics) to ``path``;
-        ``save("name")`` writes ``name.zip``, as SB3."""
+        ``save("name")`` writes ``name.zip``, as SB3. ``path`` may be a file object open for binary writing
+        (``io.BytesIO``, ``open(name, "wb")``).
+
+        ``exclude`` / ``include`` (SB3's): names of what to leave out of the file or keep in it. The file holds what
+        the model needs and nothing else, so the one name they act on is ``"verbose"`` (saved by default, as SB3
+        saves it; ``include`` wins over ``exclude``); other names are accepted and change nothing."""
         from herl.io.model import write_model
 
-        write_model(self, path)
+        keep_verbose = "verbose" not in (exclude or ()) or "verbose" in (include or ())
+        write_model(self, path, verbose=keep_verbose)
 
     def export_onnx(self, path: str | os.PathLike, **kwargs: Any) -> Any:
         """Write the deterministic policy (normalization and action scaling included) as one ONNX graph whose
@@ -523,25 +631,31 @@ class OffPolicyAlgorithm:
         return self
 
     @classmethod
-    def load(cls, path: str | os.PathLike, env: Any = None, device: torch.device | str = "auto",
-             custom_objects: Mapping[str, Any] | None = None, force_reset: bool = True, **overrides: Any):
-        """Read a model saved by :meth:`save` (``load("name")`` finds ``name.zip``, as SB3). Without ``env`` it
-        predicts; with one it can continue learning.
+    def load(cls, path: str | os.PathLike | IO[bytes], env: Any = None, device: torch.device | str = "auto",
+             custom_objects: Mapping[str, Any] | None = None, print_system_info: bool = False,
+             force_reset: bool = True, **overrides: Any):
+        """Read a model saved by :meth:`save` (``load("name")`` finds ``name.zip``, as SB3), or from a file object
+        open for binary reading. Without ``env`` it predicts; with one it can continue learning.
+        ``print_system_info=True`` first prints this system's versions and those of the one that saved the file.
 
         ``overrides`` replace saved hyperparameters (e.g. ``learning_starts=0``); an unknown name is an
         error. ``custom_objects`` (SB3's) replaces the entries the file holds and ignores the others, as
         SB3 does (rl-zoo passes ``lr_schedule``, ``clip_range``, ... to every algorithm).
         """
-        from herl.io.model import load_model
+        from herl.io import model as model_file
 
-        return load_model(cls, path, env=env, device=device, overrides=overrides, custom_objects=custom_objects)
+        if print_system_info:
+            path = model_file.model_path(path, reading=True)  # a stream that cannot seek is read once, here
+            model_file.print_system_info(path)
+        return model_file.load_model(cls, path, env=env, device=device, overrides=overrides,
+                                     custom_objects=custom_objects, force_reset=force_reset)
 
-    def save_replay_buffer(self, path: str | os.PathLike) -> None:
+    def save_replay_buffer(self, path: str | os.PathLike | IO[bytes]) -> None:
         if self.replay_buffer is None:
             raise ValueError("this model has no replay buffer (it has no env): nothing to save")
         self.replay_buffer.save(path)
 
-    def load_replay_buffer(self, path: str | os.PathLike, truncate_last_traj: bool = True) -> None:
+    def load_replay_buffer(self, path: str | os.PathLike | IO[bytes], truncate_last_traj: bool = True) -> None:
         """Replace the replay buffer by one saved with :meth:`save_replay_buffer`. A HER buffer reuses this
         model's env, and the ``compute_reward`` / ``compute_terminated`` of its ``replay_buffer_kwargs``
         (functions are code, never stored in the file)."""
@@ -554,21 +668,69 @@ class OffPolicyAlgorithm:
             buffer = buffer_class.load(path, device=self.device)
         if buffer.observation_space != self.observation_space or buffer.action_space != self.action_space:
             raise ValueError("the saved replay buffer's spaces differ from the model's")
-        if truncate_last_traj and isinstance(buffer, HerReplayBuffer):
-            buffer.truncate_last_trajectory()  # the env is reset before learning continues
+        if truncate_last_traj:  # the env is reset before learning continues: no n-step return or goal crosses it
+            buffer.truncate_last_trajectory()
         if self.config.n_steps > 1:  # the model's n-step setting applies to the transitions it loads
             buffer.n_steps, buffer.gamma = self.config.n_steps, self.config.gamma
         check_n_step_gamma(self, buffer)
         self.replay_buffer = buffer
 
 
+@functools.cache
+def _field_names(config_class: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(config_class))
+
+
+def _shape_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give each loaded state tensor its parameter's shape (Adam's moments) or none (``step``).
+
+    Torch's ``load_state_dict`` moves the state to its parameter's device and dtype but keeps the shapes it is given,
+    and files written before herl kept 0-d arrays hold a scalar parameter's moments and every step count shaped
+    ``(1,)``. The CPU's fused Adam accepts that; CUDA's refuses moments whose shape differs from the parameter's.
+    """
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            for key, value in (state or {}).items():
+                if not torch.is_tensor(value):
+                    continue
+                shape = () if key == "step" else param.shape
+                if value.shape != shape and value.numel() == math.prod(shape):
+                    state[key] = value.reshape(shape).clone()
+
+
 def _accept_sde_off(hyperparameters: dict[str, Any]) -> None:
     """SB3's gSDE arguments: off (SB3's default, often passed) is accepted; on is refused with what to use."""
     use_sde = hyperparameters.pop("use_sde", False)
-    for name in ("sde_sample_freq", "use_sde_at_warmup"):
+    for name in ("sde_sample_freq", "use_sde_at_warmup"):  # SB3 reads them only with use_sde=True
         hyperparameters.pop(name, None)
     if use_sde:
         raise ValueError(SDE_REFUSAL)
+
+
+def _accept_sb3_arguments(owner: str, hyperparameters: dict[str, Any],
+                          replay_buffer_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Take SB3's constructor arguments that are not herl hyperparameters out of ``hyperparameters`` (scripts and
+    rl-zoo pass them at their defaults); returns the replay buffer's kwargs with what belongs to the buffer.
+
+    ``optimize_memory_usage`` is the buffer's (herl's buffers store each state once with it, HER included), so it
+    goes there as SB3 passes it; ``_init_setup_model=False`` (build the networks later, in ``_setup_model``) is
+    refused: herl builds them in the constructor.
+    """
+    _accept_sde_off(hyperparameters)
+    if hyperparameters.pop("_init_setup_model", True) is not True:
+        raise ValueError(f"{owner} builds its networks in the constructor: _init_setup_model=False (SB3's way to build "
+                         "them later, in _setup_model()) is not supported; leave it True or out")
+    buffer_kwargs = dict(replay_buffer_kwargs or {})
+    if "optimize_memory_usage" in hyperparameters:
+        value = hyperparameters.pop("optimize_memory_usage")
+        check(owner, "optimize_memory_usage", value, BOOL)
+        if buffer_kwargs.get("optimize_memory_usage", value) != value:
+            raise ValueError(f"{owner} got optimize_memory_usage={value} and replay_buffer_kwargs with "
+                             f"optimize_memory_usage={buffer_kwargs['optimize_memory_usage']}: give it once")
+        if value:  # False is the buffers' default: the kwargs (saved with the model) stay as the user gave them
+            buffer_kwargs["optimize_memory_usage"] = True
+    return buffer_kwargs
 
 
 class Policy(nn.ModuleDict):
@@ -576,22 +738,62 @@ class Policy(nn.ModuleDict):
 
     ``policy.actor``, ``policy.critic``, ``policy.critic_target``, ``policy.actor_target`` (DDPG, TD3, SAC),
     ``policy.q_net``, ``policy.q_net_target`` (DQN) and ``policy.encoder`` (the observation normalizer), with
-    ``state_dict()``, ``parameters()``, ``predict(...)`` (the model's) and ``set_training_mode(mode)``.
-    The same object is ``model.nets``, from which algorithm files read their networks.
+    ``state_dict()``, ``parameters()``, ``predict(...)``, ``set_training_mode(mode)``, ``device``, and SB3's
+    ``policy.save(path)`` / ``Policy.load(path)``. The same object is ``model.nets``, from which algorithm files read
+    their networks.
+
+    A policy file is the model's file: a herl model file holds only the networks, the optimizers' states and the
+    settings (no replay buffer), so it is small, and one format serves both. ``Policy.load`` returns the loaded
+    model's policy, which predicts without an env; ``DQN.load`` (etc.) reads the same file as a whole model.
     """
 
     def __init__(self, model: OffPolicyAlgorithm, modules: Mapping[str, nn.Module]) -> None:
         super().__init__(modules)
-        self._predict = model.predict  # a plain attribute (not a submodule): state_dict() holds networks only
+        self._model = model  # a plain attribute (not a submodule): state_dict() holds networks only
+
+    def _bind_acting_networks(self) -> None:
+        """Give the network the model acts with (``actor``, DQN's ``q_net``) SB3's ``predict``."""
+        for name in ("actor", "q_net"):
+            if name in self and isinstance(self[name], ActingNetwork):
+                self[name].bind_model(self._model, name)
+
+    @property
+    def device(self) -> torch.device:
+        """The device the networks are on (the model's)."""
+        return self._model.device
+
+    @property
+    def observation_space(self) -> spaces.Space:
+        return self._model.observation_space
+
+    @property
+    def action_space(self) -> spaces.Space:
+        return self._model.action_space
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = False) -> tuple[np.ndarray, Any]:
-        """The model's :meth:`~OffPolicyAlgorithm.predict`."""
-        return self._predict(observation, state, episode_start, deterministic)
+        """The model's :meth:`~OffPolicyAlgorithm.predict`, except that DQN's policy acts greedily, as SB3's does: its
+        epsilon-greedy exploration belongs to ``model.predict(obs, deterministic=False)`` only."""
+        if "q_net" in self:
+            deterministic = True
+        return self._model.predict(observation, state, episode_start, deterministic)
+
+    def save(self, path: str | os.PathLike | IO[bytes]) -> None:
+        """Write the policy to ``path`` (SB3's ``policy.save``): the model's file, which :meth:`load` reads."""
+        self._model.save(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike | IO[bytes], device: torch.device | str = "auto") -> Policy:
+        """The policy of the model saved at ``path`` (by ``policy.save`` or ``model.save``), on ``device``; it
+        predicts without an env (SB3's ``SACPolicy.load(path)``). Its ``_model`` is the whole loaded model."""
+        return OffPolicyAlgorithm.load(path, device=device).policy
 
     def set_training_mode(self, mode: bool) -> None:
         """SB3's name for ``train(mode)``."""
         self.train(mode)
+
+
+ActingNetwork.model_loader = OffPolicyAlgorithm.load
 
 
 def _add_batch_axis(observation: Any) -> Any:

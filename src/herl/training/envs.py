@@ -11,10 +11,16 @@ We build vector envs in SAME_STEP mode, and refuse NEXT_STEP ones with the fix.
 Stable-Baselines3 VecEnvs (``DummyVecEnv``, ``SubprocVecEnv``, ``make_vec_env``, ``VecNormalize``) are
 recognized by their interface, without importing SB3: they reset an ended env at once and hand its
 final observation in ``infos[i]["terminal_observation"]``, as SAME_STEP does.
+
+:class:`VecEnv` goes the other way: SB3's VecEnv interface over any of these, which ``model.get_env()``
+returns, so that code written for SB3 (its README's ``vec_env = model.get_env()`` loop, its callbacks)
+runs on a herl model.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -76,6 +82,22 @@ class EnvAdapter:
     n_envs: int
     env: Any
     normalizer: Any = None  # an SB3 VecNormalize whose statistics the policy's inputs go through
+    stepped_outside = False
+    """True once the :class:`VecEnv` of :meth:`vec_env` has reset or stepped the env: the training loop's observations
+    are stale then, and it resets the env before it steps it again (``loop.restart_envs``), which clears this."""
+    _vec_env: VecEnv | None = None
+
+    def reset(self, seed: int | None = None) -> Obs:
+        return self.reset_with_infos(seed)[0]
+
+    def reset_with_infos(self, seed: int | None = None) -> tuple[Obs, list[dict[str, Any]]]:
+        raise NotImplementedError
+
+    def vec_env(self) -> Any:
+        """This env as a Stable-Baselines3 VecEnv: a :class:`VecEnv` view, made once (``model.get_env()``)."""
+        if self._vec_env is None:
+            self._vec_env = VecEnv(self)
+        return self._vec_env
 
     def policy_obs(self, obs: Obs) -> Obs:
         """Observations as the policy sees them: stored observations are the env's own, a VecNormalize's
@@ -102,9 +124,9 @@ class SingleEnv(EnvAdapter):
             return {k: np.asarray(v)[None] for k, v in obs.items()}
         return np.asarray(obs)[None]
 
-    def reset(self, seed: int | None = None) -> Obs:
-        obs, _ = self.env.reset(seed=seed)
-        return self._batch(obs)
+    def reset_with_infos(self, seed: int | None = None) -> tuple[Obs, list[dict[str, Any]]]:
+        obs, info = self.env.reset(seed=seed)
+        return self._batch(obs), [info]
 
     def step(self, actions: np.ndarray):
         """``(next_obs, obs, rewards, terminated, truncated, infos)``: ``next_obs`` ends the transition, ``obs`` starts the next one."""
@@ -136,8 +158,9 @@ class VectorEnvAdapter(EnvAdapter):
         self.action_space = env.single_action_space
         self._dict_obs = isinstance(self.observation_space, gym.spaces.Dict)
 
-    def reset(self, seed: int | None = None) -> Obs:
-        return self.env.reset(seed=seed)[0]
+    def reset_with_infos(self, seed: int | None = None) -> tuple[Obs, list[dict[str, Any]]]:
+        obs, infos = self.env.reset(seed=seed)
+        return obs, _split_infos(infos, self.n_envs)
 
     def step(self, actions: np.ndarray):
         if isinstance(self.action_space, gym.spaces.Discrete):
@@ -180,11 +203,17 @@ class SB3VecEnvAdapter(EnvAdapter):
         self.action_space = venv.action_space
         self.normalizer = find_vec_normalize(venv)
 
-    def reset(self, seed: int | None = None) -> Obs:
+    def reset_with_infos(self, seed: int | None = None) -> tuple[Obs, list[dict[str, Any]]]:
         if seed is not None:
             self.env.seed(seed)  # SB3: the seed of the next reset
         obs = self.env.reset()
-        return obs if self.normalizer is None else self.normalizer.get_original_obs()
+        infos = list(getattr(self.env, "reset_infos", None) or [{} for _ in range(self.n_envs)])
+        return (obs if self.normalizer is None else self.normalizer.get_original_obs()), infos
+
+    def vec_env(self) -> Any:
+        """The user's own VecEnv, as SB3 returns it. herl cannot see it stepped from outside (it has no hook there):
+        after stepping it yourself, learn with ``reset_num_timesteps=True`` (the default), which resets it."""
+        return self.env
 
     def step(self, actions: np.ndarray):
         if isinstance(self.action_space, gym.spaces.Discrete):
@@ -204,6 +233,197 @@ class SB3VecEnvAdapter(EnvAdapter):
                     final = self.normalizer.unnormalize_obs(final)
                 _set_obs(next_obs, i, final)
         return (next_obs, obs, np.asarray(rewards, dtype=np.float32), dones & ~truncated, truncated, list(infos))
+
+
+Indices = None | int | Sequence[int]
+
+
+class VecEnv:
+    """Stable-Baselines3's VecEnv interface over a gymnasium env, a gymnasium vector env (SAME_STEP or DISABLED
+    autoreset) or any env :func:`as_env_adapter` takes; ``model.get_env()`` returns one (the same object until
+    ``set_env``), so SB3's loop runs unchanged::
+
+        vec_env = model.get_env()
+        obs = vec_env.reset()
+        for _ in range(1000):
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, done, info = vec_env.step(action)
+
+    As SB3's: observations, rewards and dones carry a leading axis of ``num_envs``; an env whose episode ends is
+    reset at once, its final observation in ``info[i]["terminal_observation"]`` and whether a time limit ended it in
+    ``info[i]["TimeLimit.truncated"]``; ``seed(s)`` seeds the next ``reset`` (env ``i`` gets ``s + i``).
+
+    It steps the model's own env. The training loop keeps the observations it acts from between ``learn`` calls:
+    once this view has reset or stepped the env they are stale, so the next ``learn`` (or the next step of a running
+    one, when a callback did it) resets the env first, closing the running episodes in the replay buffer as
+    truncated, and never stores a transition across the jump.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self._adapter = env if isinstance(env, EnvAdapter) else as_env_adapter(make_env(env))
+        self.num_envs = self._adapter.n_envs
+        self.observation_space = self._adapter.observation_space
+        self.action_space = self._adapter.action_space
+        self.reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        self.render_mode: str | None = getattr(self._adapter.env, "render_mode", None)
+        self.metadata: dict[str, Any] = dict(getattr(self._adapter.env, "metadata", None) or {})
+        self._seed: int | None = None
+        self._actions: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return f"VecEnv({self._adapter.env!r}, num_envs={self.num_envs})"
+
+    @property
+    def unwrapped(self) -> VecEnv:
+        return self
+
+    @property
+    def envs(self) -> list[gym.Env]:
+        """The gymnasium envs inside, as SB3's ``DummyVecEnv.envs`` (a vector env that runs them in other processes
+        has none here)."""
+        envs = self._sub_envs()
+        if envs is None:
+            raise AttributeError(f"{type(self._adapter.env).__name__} runs its envs elsewhere: it has no list of them")
+        return envs
+
+    # ------------------------------------------------------------------ stepping
+    def reset(self) -> Obs:
+        obs, self.reset_infos = self._adapter.reset_with_infos(self._seed)
+        self._seed = None  # a seed applies to one reset, as SB3's
+        self._adapter.stepped_outside = True
+        return obs
+
+    def step_async(self, actions: Any) -> None:
+        self._actions = np.asarray(actions)
+
+    def step_wait(self) -> tuple[Obs, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        if self._actions is None:
+            raise RuntimeError("step_wait() without step_async(actions): call step(actions), or step_async first")
+        actions, self._actions = self._actions, None
+        next_obs, obs, rewards, terminated, truncated, env_infos = self._adapter.step(actions)
+        self._adapter.stepped_outside = True
+        dones = terminated | truncated
+        infos = [dict(info) for info in env_infos]  # the keys below are SB3's, not the env's own
+        for i, info in enumerate(infos):
+            info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+        for i in np.flatnonzero(dones):
+            infos[i]["terminal_observation"] = _copy_obs(_get_obs(next_obs, i))
+        return obs, rewards, dones, infos
+
+    def step(self, actions: Any) -> tuple[Obs, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def seed(self, seed: int | None = None) -> list[int | None]:
+        """Seed the next :meth:`reset`: env ``i`` gets ``seed + i`` (None leaves the envs' generators as they are)."""
+        self._seed = seed
+        return [None if seed is None else seed + i for i in range(self.num_envs)]
+
+    def close(self) -> None:
+        self._adapter.close()
+
+    # ------------------------------------------------------------------ the envs inside
+    def get_attr(self, attr_name: str, indices: Indices = None) -> list[Any]:
+        """``attr_name`` of each env (found through its wrappers)."""
+        envs, picked = self._sub_envs(), self._indices(indices)
+        if envs is not None:
+            return [envs[i].get_wrapper_attr(attr_name) for i in picked]
+        values = self._adapter.env.get_attr(attr_name)
+        return [values[i] for i in picked]
+
+    def has_attr(self, attr_name: str) -> bool:
+        try:
+            self.get_attr(attr_name)
+        except AttributeError:
+            return False
+        return True
+
+    def set_attr(self, attr_name: str, value: Any, indices: Indices = None) -> None:
+        """Set ``attr_name`` to ``value`` in each env (where a wrapper defines it, else on the outermost one)."""
+        envs, picked = self._sub_envs(), self._indices(indices)
+        if envs is not None:
+            for i in picked:
+                envs[i].set_wrapper_attr(attr_name, value)
+            return
+        self._require_all(picked, "set_attr")
+        self._adapter.env.set_attr(attr_name, [value] * self.num_envs)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: Indices = None,
+                   **method_kwargs: Any) -> list[Any]:
+        """Call ``method_name`` of each env; returns what each call returns."""
+        envs, picked = self._sub_envs(), self._indices(indices)
+        if envs is not None:
+            return [envs[i].get_wrapper_attr(method_name)(*method_args, **method_kwargs) for i in picked]
+        self._require_all(picked, "env_method")
+        return list(self._adapter.env.call(method_name, *method_args, **method_kwargs))
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: Indices = None) -> list[bool]:
+        envs = self.envs
+        out = []
+        for i in self._indices(indices):
+            env, found = envs[i], False
+            while isinstance(env, gym.Wrapper) and not found:
+                found, env = isinstance(env, wrapper_class), env.env
+            out.append(found)
+        return out
+
+    # ------------------------------------------------------------------ rendering
+    def get_images(self) -> list[np.ndarray | None]:
+        """Each env's ``render()`` frame (envs made with ``render_mode="rgb_array"``)."""
+        frames = self._adapter.env.render()
+        return [frames] if isinstance(self._adapter, SingleEnv) else list(frames or [None] * self.num_envs)
+
+    def render(self, mode: str | None = None) -> np.ndarray | None:
+        """Render the envs: an ``"rgb_array"`` env returns its frame (several envs' frames tiled in a grid); a
+        ``"human"`` one draws itself. The mode is the one the env was made with (gymnasium >= 0.26)."""
+        if mode is not None and mode != self.render_mode:
+            warnings.warn(f"this env renders in mode {self.render_mode!r}, fixed when it was made (gymnasium >= 0.26); "
+                          f"make it with render_mode={mode!r} to render so", stacklevel=2)
+            return None
+        if self.render_mode is None:
+            warnings.warn("the env was made without a render_mode: make it with render_mode='human' or 'rgb_array' "
+                          "to render", stacklevel=2)
+            return None
+        if self.render_mode != "rgb_array":
+            self._adapter.env.render()
+            return None
+        frames = self.get_images()
+        if any(frame is None for frame in frames):
+            return None
+        return _tile(frames)
+
+    # ------------------------------------------------------------------ helpers
+    def _sub_envs(self) -> list[gym.Env] | None:
+        env = self._adapter.env
+        if isinstance(self._adapter, SingleEnv):
+            return [env]
+        return list(env.envs) if hasattr(env, "envs") else None  # a SyncVectorEnv's (or an SB3 DummyVecEnv's)
+
+    def _indices(self, indices: Indices) -> list[int]:
+        if indices is None:
+            return list(range(self.num_envs))
+        if isinstance(indices, (int, np.integer)):
+            return [int(indices)]
+        return [int(i) for i in indices]
+
+    def _require_all(self, picked: list[int], what: str) -> None:
+        if sorted(picked) != list(range(self.num_envs)):
+            raise ValueError(f"{type(self._adapter.env).__name__} runs its envs in other processes: {what} reaches "
+                             f"all of them at once (indices=None); use a SyncVectorEnv to reach some of them")
+
+
+def _tile(frames: Sequence[np.ndarray]) -> np.ndarray:
+    """Frames ``(h, w, c)`` in a grid as square as it can be, row by row; one frame is returned as it is."""
+    if len(frames) == 1:
+        return np.asarray(frames[0])
+    stack = np.stack([np.asarray(f) for f in frames])
+    n, h, w = stack.shape[:3]
+    rows = int(np.ceil(np.sqrt(n)))
+    cols = int(np.ceil(n / rows))
+    grid = np.zeros((rows * cols, *stack.shape[1:]), dtype=stack.dtype)
+    grid[:n] = stack
+    grid = grid.reshape(rows, cols, h, w, -1).swapaxes(1, 2)
+    return grid.reshape(rows * h, cols * w, -1)
 
 
 def _split_infos(infos: dict[str, Any], n_envs: int) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from herl.errors import NonFiniteError
-from herl.training.callbacks import as_callback
+from herl.training.callbacks import CallbackList, ProgressBarCallback, as_callback
 from herl.training.diagnostics import replay_diagnostics
 from herl.training.logger import Logger, configure
 
@@ -24,9 +24,9 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         reset_num_timesteps: bool, progress_bar: bool) -> Any:
     env, buffer, config = model.env, model.replay_buffer, model.config
     callback, state, start = begin(model, total_timesteps, callback=callback, log_interval=log_interval,
-                                   tb_log_name=tb_log_name, reset_num_timesteps=reset_num_timesteps)
+                                   tb_log_name=tb_log_name, reset_num_timesteps=reset_num_timesteps,
+                                   progress_bar=progress_bar)
     total_timesteps = state["total_timesteps"]
-    bar = _progress_bar(total_timesteps - model.num_timesteps) if progress_bar else None
 
     n_freq, unit = config.train_freq
     per_step = unit == "step"
@@ -38,8 +38,13 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         callback.on_rollout_start()
         steps = episodes = 0
         while (steps if per_step else episodes) < n_freq and model.num_timesteps < total_timesteps:
+            if env.stepped_outside:  # a callback reset or stepped the env through model.get_env(): obs are stale
+                model._last_obs = obs
+                restart_envs(model)
+                obs, returns, lengths = model._last_obs, model._ep_returns, model._ep_lengths
             actions = model._collect_actions(env.policy_obs(obs))  # an SB3 VecNormalize's statistics apply here
-            next_obs, new_obs, rewards, terminated, truncated, infos = env.step(model._unscale(actions))
+            env_actions = model._unscale(actions)
+            next_obs, new_obs, rewards, terminated, truncated, infos = env.step(env_actions)
             try:
                 buffer.add(obs, next_obs, actions, rewards, infos=infos, terminated=terminated, truncated=truncated)
             except NonFiniteError as err:
@@ -57,9 +62,8 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
                     if noise is not None:
                         _reset_noise(noise, i)
             obs = new_obs
-            if bar is not None:
-                bar.update(env.n_envs)
-            state.update(new_obs=new_obs, rewards=rewards, dones=dones, infos=infos, actions=actions)
+            state.update(new_obs=new_obs, rewards=rewards, dones=dones, infos=infos, actions=env_actions,
+                         buffer_actions=actions, num_collected_steps=steps, num_collected_episodes=episodes)
             if not callback.on_step():
                 go_on = False
                 break
@@ -71,30 +75,18 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
             gradient_steps = config.gradient_steps if config.gradient_steps >= 0 else steps * env.n_envs
             if gradient_steps > 0:
                 model.train(gradient_steps)
-    if bar is not None:
-        bar.close()
     callback.on_training_end()
     return model
 
 
 def begin(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | None, tb_log_name: str,
-          reset_num_timesteps: bool) -> tuple[Any, dict[str, Any], tuple[int, float]]:
+          reset_num_timesteps: bool, progress_bar: bool = False) -> tuple[Any, dict[str, Any], tuple[int, float]]:
     """What every ``learn`` does before collecting: reset the envs (or go on from the last call), the counters, the
     logger and the callback. Returns the callback, the state its ``locals`` view shows (``total_timesteps`` there is
     the step to stop at) and ``(start step, start time)`` for ``time/fps``. Also used by the learner of
     :mod:`herl.distributed`, which collects on Ray actors."""
-    env = model.env
-    buffer = model.replay_buffer
-    if reset_num_timesteps or model._last_obs is None:
-        if hasattr(buffer, "truncate_last_trajectory") and model._last_obs is not None:
-            # the episodes running in the buffer end here (the env is reset): close them as truncated, so
-            # that HER never draws a future goal across the reset
-            buffer.truncate_last_trajectory()
-        seed = None if model._env_was_seeded else model._env_seed
-        model._last_obs = env.reset(seed=seed)
-        model._env_was_seeded = True
-        model._ep_returns = np.zeros(env.n_envs)
-        model._ep_lengths = np.zeros(env.n_envs, dtype=np.int64)
+    if reset_num_timesteps or model._last_obs is None or model.env.stepped_outside:
+        restart_envs(model)
     if reset_num_timesteps:
         model.ep_info_buffer.clear()
         model.ep_success_buffer.clear()
@@ -103,18 +95,42 @@ def begin(model: Any, total_timesteps: int, *, callback: Any, log_interval: int 
     else:
         total_timesteps += model.num_timesteps
     model._total_timesteps = total_timesteps
-    start = (model.num_timesteps, time.perf_counter())
+    start = model._log_start = (model.num_timesteps, time.perf_counter())
     if not model._custom_logger:
         model.logger = _default_logger(model, tb_log_name, reset_num_timesteps)
 
     callback = as_callback(callback)
+    if progress_bar:  # as SB3: the bar is a callback
+        callback = CallbackList([callback, ProgressBarCallback()])
     callback.init_callback(model)
-    # Callbacks see this read-only view, refreshed in place each step (STYLE.md: no access to the loop's locals).
-    state: dict[str, Any] = {"total_timesteps": total_timesteps, "callback": callback, "log_interval": log_interval}
+    # Callbacks see this read-only view, refreshed in place each step (STYLE.md: no access to the loop's locals),
+    # with the names SB3's learn and collect_rollouts give them, so SB3's callbacks find what they read.
+    state: dict[str, Any] = {
+        "total_timesteps": total_timesteps, "callback": callback, "log_interval": log_interval,
+        "tb_log_name": tb_log_name, "reset_num_timesteps": reset_num_timesteps, "progress_bar": progress_bar,
+        "self": model, "env": model.get_env(), "replay_buffer": model.replay_buffer,
+        "action_noise": model.action_noise, "learning_starts": model.config.learning_starts,
+        "train_freq": model.config.train_freq, "num_collected_steps": 0, "num_collected_episodes": 0,
+    }
     state_view = MappingProxyType(state)
     callback.on_training_start(state_view, MappingProxyType({}))
     callback.update_locals(state_view)
     return callback, state, start
+
+
+def restart_envs(model: Any) -> None:
+    """Reset every env and zero the running episodes' returns and lengths; ``model._last_obs`` are then the
+    observations to act from. Episodes running in the buffer end here: they are closed as truncated, so that HER
+    never draws a future goal across the reset."""
+    env, buffer = model.env, model.replay_buffer
+    if buffer is not None and model._last_obs is not None:
+        buffer.truncate_last_trajectory(warn=buffer.optimize_memory_usage)  # where SB3 warns
+    seed = None if model._env_was_seeded else model._first_reset_seed()
+    model._last_obs = env.reset(seed=seed)
+    model._env_was_seeded = True
+    env.stepped_outside = False
+    model._ep_returns = np.zeros(env.n_envs)
+    model._ep_lengths = np.zeros(env.n_envs, dtype=np.int64)
 
 
 def end_episode(model: Any, episode_return: float, length: int, info: dict[str, Any], log_interval: int | None,
@@ -126,7 +142,7 @@ def end_episode(model: Any, episode_return: float, length: int, info: dict[str, 
         model.ep_success_buffer.append(float(success))
     model._episode_num += 1
     if log_interval and model._episode_num % log_interval == 0:
-        _dump_logs(model, *start)
+        dump_logs(model, *start)
 
 
 def _reset_noise(noise: Any, env_index: int) -> None:
@@ -151,7 +167,8 @@ def _default_logger(model: Any, tb_log_name: str, reset_num_timesteps: bool) -> 
     return configure(folder, formats)
 
 
-def _dump_logs(model: Any, start_timesteps: int, start_time: float) -> None:
+def dump_logs(model: Any, start_timesteps: int, start_time: float) -> None:
+    """Record the rollout, training and time statistics and write them (``time/fps`` counts from the given start)."""
     logger = model.logger
     elapsed = max(time.perf_counter() - start_time, 1e-9)
     logger.record("time/episodes", model._episode_num)
@@ -170,11 +187,3 @@ def _dump_logs(model: Any, start_timesteps: int, start_time: float) -> None:
     logger.record("train/n_updates", model._n_updates)
     logger.record("train/learning_rate", model.config.learning_rate)
     logger.dump(model.num_timesteps)
-
-
-def _progress_bar(total: int):
-    try:
-        from tqdm import tqdm
-    except ImportError as err:
-        raise ImportError("progress_bar=True needs tqdm: pip install tqdm") from err
-    return tqdm(total=total, unit="steps")

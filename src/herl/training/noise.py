@@ -31,6 +31,11 @@ class ActionNoise:
         self.rng = np.random.default_rng(seed)
         self.seeded = seed is not None
 
+    def follow_seed(self, seed: int) -> None:
+        """Restart the generator from a model's seed, leaving the noise unseeded by its user (the next model it is
+        given to seeds it again)."""
+        self.rng = np.random.default_rng(seed)
+
     def reset(self, indices: Any = None) -> None:
         """Called when episodes end: for the envs at ``indices`` (all when None). A no-op for memoryless noise."""
 
@@ -97,6 +102,22 @@ class OrnsteinUhlenbeckActionNoise(ActionNoise):
 
 
 NOISE_CLASSES = {cls.__name__: cls for cls in (NormalActionNoise, OrnsteinUhlenbeckActionNoise)}
+
+
+def as_action_noise(noise: Any) -> ActionNoise | None:
+    """herl's noise for Stable-Baselines3's ``NormalActionNoise`` and ``OrnsteinUhlenbeckActionNoise`` (read by their
+    attributes: herl never imports SB3), so that a model saves, loads and seeds it as its own; anything else as given,
+    refused unless it is a herl noise."""
+    if noise is None or isinstance(noise, ActionNoise):
+        return noise
+    kind, fields = type(noise).__name__, vars(noise)
+    if kind == "NormalActionNoise" and {"_mu", "_sigma"} <= set(fields):
+        return NormalActionNoise(fields["_mu"], fields["_sigma"])
+    if kind == "OrnsteinUhlenbeckActionNoise" and {"_mu", "_sigma", "_theta", "_dt"} <= set(fields):
+        return OrnsteinUhlenbeckActionNoise(fields["_mu"], fields["_sigma"], theta=fields["_theta"], dt=fields["_dt"],
+                                            initial_noise=fields.get("initial_noise"))
+    raise TypeError(f"action_noise must be a herl.NormalActionNoise or herl.OrnsteinUhlenbeckActionNoise (or SB3's of "
+                    f"those names), got {kind}: noises are saved with the model, so herl knows each kind it takes")
 
 
 def noise_from_json(data: dict[str, Any] | None) -> ActionNoise | None:

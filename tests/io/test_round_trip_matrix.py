@@ -1,0 +1,257 @@
+"""Every model saves, loads and trains on: the round-trip matrix.
+
+For each algorithm and each combination of the settings that change what a model holds (observation normalization,
+Box or goal observations, plain or HER buffer, n-step returns, float32 or bfloat16 hidden layers, demonstrations):
+train, save the model and its replay buffer, load both, and check that
+
+- the loaded model predicts what the saved one did (deterministic and stochastic actions, with and without an env);
+- trained on from there, it stays bit-identical to the model it was saved from trained on the same way (each given a
+  fresh env, as a loaded model is): weights, optimizer states, generators, normalizer, counters.
+
+On CPU the two must be bit-identical. Where CUDA is available every case also runs there, and models cross between
+the devices: saved on one, loaded on the other, trained on, and back.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from herl import DDPG, DQN, SAC, TD3, TQC, CrossQ, HerReplayBuffer, NormalActionNoise
+from herl.demos import generate_expert_traj
+from herl.envs import BitFlippingEnv, PointReachEnv
+
+EPISODE = 8
+N_BITS = 4
+ALGOS = {cls.__name__: cls for cls in (DQN, DDPG, TD3, SAC, TQC, CrossQ)}
+# the settings' values; a combination is valid when its buffer can hold its observations and its demonstrations
+FACTORS = {
+    "obs": ("box", "goal"),
+    "buffer": ("plain", "her"),
+    "normalize": (False, True),
+    "n_steps": (1, 3),
+    "precision": ("float32", "bfloat16"),
+    "demos": (False, True),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    algo: str
+    obs: str
+    buffer: str
+    normalize: bool
+    n_steps: int
+    precision: str
+    demos: bool
+
+    def __str__(self) -> str:
+        return "-".join([self.algo, self.obs, self.buffer, "norm" if self.normalize else "raw", f"n{self.n_steps}",
+                         self.precision, "demos" if self.demos else "nodemos"])
+
+
+BC_LOSS = ("DDPG", "TD3", "SAC", "TQC")  # CrossQ refuses a behaviour-cloning loss and DQN has none: demos in the buffer only
+
+
+def valid(algo: str, values: dict) -> bool:
+    """HER needs goal observations, demonstrations a HER buffer; CrossQ refuses bfloat16 (its batch renormalization
+    runs in float32), with a message that tests/algorithms checks."""
+    return not ((values["buffer"] == "her" and values["obs"] != "goal") or (values["demos"] and values["buffer"] != "her")
+                or (algo == "CrossQ" and values["precision"] == "bfloat16"))
+
+
+def all_cases() -> list[Case]:
+    names = list(FACTORS)
+    out = []
+    for algo in ALGOS:
+        for combo in itertools.product(*FACTORS.values()):
+            values = dict(zip(names, combo))
+            if valid(algo, values):
+                out.append(Case(algo, **values))
+    return out
+
+
+CASES = all_cases()
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+def bit_expert(obs):
+    """Flips the first bit that differs from the goal."""
+    diff = np.flatnonzero(obs["observation"] != obs["desired_goal"])
+    return int(diff[0]) if len(diff) else 0
+
+
+def reach_expert(obs):
+    return np.clip(3.0 * (obs["desired_goal"] - obs["achieved_goal"]), -1.0, 1.0).astype(np.float32)
+
+
+def make_env(case: Case):
+    discrete = case.algo == "DQN"
+    if case.obs == "goal":
+        return BitFlippingEnv(n_bits=N_BITS) if discrete else PointReachEnv(max_episode_steps=EPISODE)
+    return gym.make("CartPole-v1") if discrete else gym.make("Pendulum-v1", max_episode_steps=EPISODE * 3)
+
+
+@pytest.fixture(scope="module")
+def demonstrations():
+    return {
+        True: generate_expert_traj(bit_expert, None, BitFlippingEnv(n_bits=N_BITS), n_episodes=3, seed=5),
+        False: generate_expert_traj(reach_expert, None, PointReachEnv(max_episode_steps=EPISODE), n_episodes=3,
+                                    seed=5),
+    }
+
+
+def buffer_kwargs(case: Case, demonstrations) -> dict:
+    if case.buffer != "her":
+        return {}
+    kwargs = dict(n_sampled_goal=2, goal_selection_strategy="future")
+    if case.demos:
+        kwargs.update(demonstrations=demonstrations[case.algo == "DQN"], demo_batch_ratio=0.25)
+    return kwargs
+
+
+def make_model(case: Case, demonstrations, device: str = "cpu"):
+    cls = ALGOS[case.algo]
+    env = make_env(case)
+    kwargs = dict(device=device, learning_starts=10, batch_size=8, buffer_size=300, seed=3, n_steps=case.n_steps,
+                  normalize_observations=case.normalize, gamma=0.9,
+                  policy_kwargs=dict(net_arch=[16, 16], precision=case.precision))
+    if case.buffer == "her":
+        kwargs.update(replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=buffer_kwargs(case, demonstrations))
+    if case.demos and case.algo in BC_LOSS:
+        kwargs["bc_loss_weight"] = 1.0
+    if case.algo in ("DDPG", "TD3"):
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(1 if case.obs == "box" else 2), 0.2 * np.ones(1 if case.obs == "box" else 2))
+    if case.algo == "DQN":
+        kwargs.update(exploration_fraction=0.5, target_update_interval=7)
+    return cls("MultiInputPolicy" if case.obs == "goal" else "MlpPolicy", env, **kwargs)
+
+
+def observations(model, n: int = 5):
+    space = model.observation_space
+    space.seed(11)
+    samples = [space.sample() for _ in range(n)]
+    if isinstance(samples[0], dict):
+        return {k: np.stack([s[k] for s in samples]) for k in samples[0]}
+    return np.stack(samples)
+
+
+def assert_same_state(a, b, exact: bool = True) -> None:
+    """Weights, optimizer states, counters and generators equal: bit for bit (``exact``), or to float32 rounding (CUDA
+    runs reduce in an order of their own)."""
+    def same(x, y, what):
+        x, y = torch.as_tensor(x).cpu(), torch.as_tensor(y).cpu()
+        if exact:
+            assert torch.equal(x, y), what
+        else:
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=str(what))
+
+    pa, pb = a.get_parameters(), b.get_parameters()
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        if name.endswith(".optimizer"):
+            sa, sb = pa[name]["state"], pb[name]["state"]
+            assert sa.keys() == sb.keys(), name
+            for index in sa:
+                for key in sa[index]:
+                    same(sa[index][key], sb[index][key], (name, index, key))
+        else:
+            for key in pa[name]:
+                same(pa[name][key], pb[name][key], (name, key))
+    assert (a.num_timesteps, a._n_updates, a._episode_num) == (b.num_timesteps, b._n_updates, b._episode_num)
+    assert a.rng.bit_generator.state == b.rng.bit_generator.state
+    if a.device == b.device:
+        assert torch.equal(a.torch_rng.get_state(), b.torch_rng.get_state())
+
+
+def assert_optimizer_state_fits(model) -> None:
+    """What CUDA's fused Adam demands of a loaded optimizer (the CPU's tolerates less): every moment shaped, placed and
+    typed as its parameter, every step count one 0-d float32 number on the parameter's device."""
+    for optimizer in model.optimizers.values():
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                for key, value in optimizer.state[param].items():
+                    shape = () if key == "step" else param.shape
+                    assert (value.shape, value.device, value.dtype) == (shape, param.device, param.dtype), key
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_save_load_predict_and_train_on(case: Case, device: str, demonstrations, tmp_path: Path):
+    model = make_model(case, demonstrations, device)
+    model.learn(30)
+    obs = observations(model)
+    expected, _ = model.predict(obs, deterministic=True)
+    model.save(tmp_path / "model.zip")
+    model.save_replay_buffer(tmp_path / "buffer.zip")
+
+    alone = ALGOS[case.algo].load(tmp_path / "model.zip", device=device)  # without an env: predicts the same
+    np.testing.assert_array_equal(alone.predict(obs, deterministic=True)[0], expected)
+    extra = {"replay_buffer_kwargs": buffer_kwargs(case, demonstrations)} if case.demos else {}
+    loaded = ALGOS[case.algo].load(tmp_path / "model.zip", env=make_env(case), device=device, **extra)
+    loaded.load_replay_buffer(tmp_path / "buffer.zip")
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], expected)
+    assert_same_state(model, loaded)
+    assert_optimizer_state_fits(loaded)
+
+    updates = model._n_updates
+    model.set_env(make_env(case))  # a fresh env for each, as the loaded model has
+    for m in (model, loaded):
+        m.learn(25, reset_num_timesteps=False)
+    assert model._n_updates > updates
+    assert_same_state(model, loaded, exact=device == "cpu")
+    if device == "cpu":
+        np.testing.assert_array_equal(model.predict(obs, deterministic=False)[0],
+                                      loaded.predict(obs, deterministic=False)[0])
+
+
+CROSSING = [Case(algo, "goal", "her", True, 1, "float32", False) for algo in ALGOS]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("case", CROSSING, ids=str)
+def test_a_model_crosses_between_cpu_and_cuda_and_trains_on_each(case: Case, tmp_path: Path):
+    model = make_model(case, None, "cpu")
+    model.learn(30)
+    obs = observations(model)
+    expected, _ = model.predict(obs, deterministic=True)
+    model.save(tmp_path / "cpu.zip")
+    on_cuda = ALGOS[case.algo].load(tmp_path / "cpu.zip", env=make_env(case), device="cuda")
+    assert on_cuda.device.type == "cuda"
+    assert_optimizer_state_fits(on_cuda)
+    np.testing.assert_allclose(on_cuda.predict(obs, deterministic=True)[0], expected, rtol=1e-4, atol=1e-5)
+    on_cuda.learn(30, reset_num_timesteps=False)  # fused Adam on CUDA takes the loaded state
+    on_cuda.save(tmp_path / "cuda.zip")
+    back = ALGOS[case.algo].load(tmp_path / "cuda.zip", env=make_env(case), device="cpu")
+    assert_optimizer_state_fits(back)
+    assert_same_state(on_cuda, back, exact=False)
+    back.learn(30, reset_num_timesteps=False)
+    assert back.num_timesteps == 90
+
+
+LEGACY = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("name, env", [("legacy_sac_pendulum.zip", "Pendulum-v1"),
+                                       ("legacy_sac_her_nonorm.zip", "herl/PointReach-v0")])
+def test_files_written_before_the_layout_fix_load_predict_and_train_on(name: str, env: str, tmp_path: Path):
+    """Two models saved by herl before its files named every network and kept 0-d arrays 0-d: a SAC without an
+    observation normalizer (whose encoder has nothing to store), Adam's step counts and its entropy coefficient's
+    moments shaped (1,). They load, their optimizer states fit their parameters, and they train on and save again."""
+    alone = SAC.load(LEGACY / name)
+    assert alone.encoder.normalizer is None
+    assert_optimizer_state_fits(alone)
+    obs = observations(alone)
+    expected, _ = alone.predict(obs, deterministic=True)
+    model = SAC.load(LEGACY / name, env=env)
+    np.testing.assert_array_equal(model.predict(obs, deterministic=True)[0], expected)
+    model.learn(20, reset_num_timesteps=False)
+    model.save(tmp_path / "again.zip")
+    again = SAC.load(tmp_path / "again.zip")
+    assert_same_state(model, again)
