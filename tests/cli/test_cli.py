@@ -233,23 +233,46 @@ def test_runs_trained_at_once_get_threads_that_fit_the_cores(tmp_path: Path, mon
     assert used == [1] and threads(tmp_path / "c", 0)[0] == 2
 
 
-@pytest.mark.parametrize("algo", ["tqc", "crossq"])
-def test_tqc_and_crossq_resume_exactly(algo: str, tmp_path: Path) -> None:
-    """A run resumed from its checkpoint ends with the weights (CrossQ: and batch renormalization statistics) of a
-    run never stopped."""
-    args = ["--algo", algo, "--env", "herl/PointReach-v0", "--progress", "off", "--set", "learning_starts=50",
-            "--set", "eval.freq=100", "--set", "eval.episodes=2", "--set", "batch_size=16", "--set", "checkpoint.freq=100",
+# herl train --resume in the round-trip matrix (tests/io/test_round_trip_matrix.py covers the Python API): every
+# algorithm with the preset settings, and with the settings a model file holds set the other way (n-step returns, no
+# observation normalizer, bfloat16 hidden layers where the algorithm has them, plain replay without HER)
+RESUME_CASES = [(algo, False) for algo in ("dqn", "ddpg", "td3", "sac", "tqc", "crossq")] + [
+    (algo, True) for algo in ("dqn", "ddpg", "td3", "sac", "tqc", "crossq")]
+
+
+@pytest.mark.parametrize("algo, flipped", RESUME_CASES, ids=lambda v: v if isinstance(v, str) else
+                         ("flipped" if v else "preset"))
+def test_every_algorithm_resumes_exactly(algo: str, flipped: bool, tmp_path: Path) -> None:
+    """A run resumed from its checkpoint ends with the weights, optimizer states (CrossQ: and batch renormalization
+    statistics) and counters of a run never stopped."""
+    env = ["--env", "herl/BitFlipping-v0", "--set", "env.n_bits=6"] if algo == "dqn" else ["--env", "herl/PointReach-v0"]
+    args = ["--algo", algo, *env, "--progress", "off", "--set", "learning_starts=50", "--set", "eval.freq=100",
+            "--set", "eval.episodes=2", "--set", "batch_size=16", "--set", "checkpoint.freq=100",
             "--set", "policy.net_arch=[16,16]"]
     if algo == "crossq":
         args += ["--set", "policy.renorm_warmup_steps=60"]  # the renormalized regime is reached and resumed
+    if algo == "dqn":  # epsilon decays over the run's length: a run of 150 extended to 300 is another run unless it
+        args += ["--set", "exploration_fraction=0"]  # is constant (the SIGKILL test resumes DQN's schedule mid-run)
+    if flipped:
+        args += ["--set", "n_steps=3", "--set", "normalize_observations=false", "--set", "her.enabled=false"]
+        if algo != "crossq":  # CrossQ's batch renormalization runs in float32 only
+            args += ["--set", "policy.precision=bfloat16"]
     assert herl("train", *args, "--timesteps", "300", "--run-dir", tmp_path / "whole") == 0
     assert herl("train", *args, "--timesteps", "150", "--run-dir", tmp_path / "parts") == 0
     assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "300", "--progress", "off") == 0
     whole = OffPolicyAlgorithm.load(tmp_path / "whole" / "seed_0" / "model.zip")
     resumed = OffPolicyAlgorithm.load(tmp_path / "parts" / "seed_0" / "model.zip")
-    assert type(whole).__name__ == {"tqc": "TQC", "crossq": "CrossQ"}[algo] and resumed.num_timesteps == 300
+    assert type(whole).__name__.lower() == algo and resumed.num_timesteps == 300
+    assert (whole._n_updates, whole._episode_num) == (resumed._n_updates, resumed._episode_num)
+    if flipped:
+        assert whole.config.n_steps == 3 and whole.encoder.normalizer is None
+        assert whole.replay_buffer_class.__name__ != "HerReplayBuffer"
     for name, state in whole.get_parameters().items():
-        if not name.endswith(".optimizer"):
+        if name.endswith(".optimizer"):
+            for index, values in state["state"].items():
+                for key, value in values.items():
+                    assert torch.equal(value, resumed.get_parameters()[name]["state"][index][key]), f"{name}.{key}"
+        else:
             for key, tensor in state.items():
                 assert torch.equal(tensor, resumed.get_parameters()[name][key]), f"{name}.{key}"
 
