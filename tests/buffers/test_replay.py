@@ -160,3 +160,21 @@ def test_done_with_a_truncated_keyword_is_refused_not_ignored():
     with pytest.raises(ValueError, match="done and truncated"):
         buffer.add(np.zeros(2), np.zeros(2), np.zeros(2), 0.0, np.array([True]), truncated=np.array([True]))
     assert buffer.size() == 0
+
+
+def test_a_buffer_of_one_transition_per_env_keeps_two_and_says_so():
+    """SB3 takes buffer_size=1 (its tests pass it); herl's episode storage needs two rows per env: it keeps two, warns,
+    and stores and samples as usual (the newest replacing the oldest)."""
+    from gymnasium import spaces
+
+    from herl.buffers import ReplayBuffer
+
+    box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    with pytest.warns(UserWarning, match="buffer_size=1 with n_envs=1 is fewer than 2 transitions per env"):
+        buffer = ReplayBuffer(1, box, box)
+    assert buffer.buffer_size == 2
+    for step in range(5):
+        value = np.full((1, 2), step / 10, np.float32)
+        buffer.add(value, value + 0.05, value, np.array([step], np.float32), np.array([True]), [{}])
+    assert len(buffer) == 2
+    assert set(buffer.sample(16).rewards.flatten().tolist()) == {3.0, 4.0}

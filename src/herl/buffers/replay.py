@@ -137,6 +137,10 @@ class ReplayBuffer:
         self.optimize_memory_usage = bool(optimize_memory_usage)
         self.handle_timeout_termination = bool(handle_timeout_termination)
         self.buffer_size = max(int(buffer_size) // max(self.n_envs, 1), 1)  # rows per env, as SB3
+        if self.buffer_size < 2:  # SB3 takes buffer_size=1 (its tests do); herl's episode storage needs two rows
+            warnings.warn(f"buffer_size={buffer_size} with n_envs={self.n_envs} is fewer than 2 transitions per env: "
+                          "the buffer keeps 2 per env, the fewest herl's episode storage holds", UserWarning, stacklevel=2)
+            self.buffer_size = 2
         self.seed = seed
         self.storage_device = None if storage_device is None else get_device(storage_device)
         self.rng = np.random.default_rng(seed)
