@@ -25,3 +25,45 @@ def denormal_setting_restored():
     before = denormals_flushed()
     yield
     torch.set_flush_denormal(before)
+
+
+class FullDisk:
+    """A file open for writing on a disk with ``room`` bytes left: what fits is written, then OSError(ENOSPC)."""
+
+    def __init__(self, file, room: int) -> None:
+        self.file, self.room = file, room
+
+    def write(self, data) -> int:
+        size = len(memoryview(data).cast("B")) if not isinstance(data, str) else len(data)
+        fits = min(size, self.room)
+        if fits:
+            self.file.write(data[:fits] if isinstance(data, str) else memoryview(data).cast("B")[:fits])
+            self.room -= fits
+        if fits < size:
+            import errno
+
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return size
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+
+@pytest.fixture
+def full_disk(monkeypatch: pytest.MonkeyPatch):
+    """``full_disk(room)``: from then on, every file herl writes through :mod:`herl.io.atomic` fills the disk after
+    ``room`` bytes (a write that fails midway, as on a full disk)."""
+    import builtins
+
+    from herl.io import atomic
+
+    def fill_after(room: int = 100) -> None:
+        monkeypatch.setattr(atomic, "open", lambda *a, **k: FullDisk(builtins.open(*a, **k), room), raising=False)
+
+    return fill_after

@@ -337,7 +337,8 @@ def _ray_for(args: argparse.Namespace, workers: int) -> Any:
                        "in parallel with `herl sweep --seeds N`")
     from herl.distributed import ray_session
 
-    return ray_session(args.address, args.cpus, what="--workers")
+    # checks the CPUs for the workers before a local Ray starts and before any run folder is made
+    return ray_session(args.address, args.cpus, what="--workers", workers=workers)
 
 
 def _train_configs(args: argparse.Namespace) -> tuple[list[Any], Path]:
@@ -449,7 +450,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from herl.distributed.cluster import require_ray
 
     require_ray("herl sweep")
-    from herl.distributed.sweep import SweepSpec, parse_search, resume_sweep, run_sweep
+    from herl.distributed.sweep import SweepSpec, parse_search, read_spec, resume_sweep, run_sweep
 
     if args.resume is not None:
         settings_flags = {"--algo": args.algo, "--timesteps": args.timesteps, "--n-envs": args.n_envs, "--her": args.her,
@@ -460,6 +461,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if given:
             raise CLIError(f"--resume continues a sweep with its own settings (its sweep.json); it takes --address "
                            f"and --cpus, not {', '.join(given)}")
+        if args.env is None:  # before any trial makes the env, which would import a module:Id env's module
+            _confirm_env_module(read_spec(args.resume).env, args.resume)
         result = resume_sweep(args.resume, env=args.env, preset=args.preset or (str(args.config) if args.config else None),
                               address=args.address, cpus=args.cpus)
     else:

@@ -126,10 +126,11 @@ def test_buffer_size_must_be_positive(size):
         HerReplayBuffer(size, obs_space, action_space, device="cpu", compute_reward=id_reward)
 
 
-def test_too_small_buffer_for_its_envs():
+def test_too_small_buffer_for_its_envs_keeps_two_rows_per_env_and_says_so():
     obs_space, action_space = id_spaces()
-    with pytest.raises(ValueError, match="buffer_size of at least"):
-        HerReplayBuffer(5, obs_space, action_space, device="cpu", n_envs=4, compute_reward=id_reward)
+    with pytest.warns(UserWarning, match="buffer_size=5 with n_envs=4 is fewer than 2 transitions per env"):
+        buffer = HerReplayBuffer(5, obs_space, action_space, device="cpu", n_envs=4, compute_reward=id_reward)
+    assert buffer.buffer_size == 2
 
 
 @pytest.mark.parametrize("size", [0, -1, 1.5])

@@ -202,6 +202,7 @@ def test_resume_asks_before_importing_a_module_a_run_config_names(finished: Path
 @pytest.mark.parametrize(("setting", "message"), [
     ("policy.net_arch=64", "net_arch=64"), ("batch_size=1e400", "batch_size=inf"), ("learning_rate=nan", "nan"),
     ("env.n_bits=abc", "could not be made with env.n_bits='abc'"),
+    ("buffer_size=" + "1" * 5000, "holds a whole number of more than 4,300 digits"),
 ])
 def test_bad_settings_stop_the_command_with_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], setting,
                                                         message) -> None:
@@ -262,3 +263,36 @@ def test_the_rate_shown_after_an_evaluation_is_not_zero(monkeypatch: pytest.Monk
     # 1000 fps; without restart_rate, 600 steps over the evaluation's 30.6 s: "20 fps" (shown as "0 fps" when the
     # evaluation took minutes)
     assert 900 < bar._fps < 1100
+
+
+def test_plot_refuses_a_missing_folder_and_makes_none(finished: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    output = tmp_path / "missing" / "deeper" / "x.png"
+    assert herl("plot", finished, "-o", output) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {output.parent} does not exist: create it first" in err and "choose another -o" in err
+    assert not (tmp_path / "missing").exists()
+    assert herl("plot", finished, "-o", tmp_path / "x.notanimage") == 2
+    assert "matplotlib cannot write '.notanimage' images" in capsys.readouterr().err
+
+
+def test_a_plot_that_fails_midway_leaves_the_previous_image(finished: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    output = tmp_path / "curves.svg"
+    assert herl("plot", finished, "-o", output) == 0
+    before = output.read_bytes()
+    assert before.lstrip().startswith(b"<?xml")  # the format follows the name's suffix
+
+    def full_disk(self, fname, **kwargs):  # what matplotlib does when the disk fills as it writes
+        Path(fname).write_bytes(b"<svg half written")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    assert herl("plot", finished, "-o", output) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert output.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["curves.svg"]

@@ -162,3 +162,33 @@ def test_herl_record_command(tmp_path, capsys):
     assert "already holds a dataset" in capsys.readouterr().err
     assert main(["record", "--env", "herl/PointReach-v0", "--episodes", "2", "-o", str(tmp_path / "x")]) == 2
     assert "no scripted expert" in capsys.readouterr().err
+
+
+def test_a_dataset_write_that_fails_midway_leaves_no_dataset_and_no_temporary_folder(reach_demos, tmp_path,
+                                                                                      monkeypatch):
+    from minari.dataset._storages.hdf5_storage import HDF5Storage
+
+    from herl.demos.dataset import save_minari
+
+    demos, _ = reach_demos
+    real = HDF5Storage.update_episodes
+
+    def full_disk(self, episodes):  # some episodes reach the disk, then it is full
+        real(self, episodes[:2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(HDF5Storage, "update_episodes", full_disk)
+    out = tmp_path / "demos"
+    with pytest.raises(OSError, match="No space left on device"):
+        save_minari(demos, out)
+    assert list(out.iterdir()) == []  # no half-written dataset that would load, no temporary folder
+    monkeypatch.undo()
+    (out / "data").mkdir()
+    (out / "data" / "notes.txt").write_text("mine")
+    with pytest.raises(DatasetError, match="exists and is not a dataset .*does not overwrite it"):
+        save_minari(demos, out)
+    assert (out / "data" / "notes.txt").read_text() == "mine"
+    (out / "data" / "notes.txt").unlink()  # an empty data folder is taken
+    save_minari(demos, out)
+    assert load_minari(out).n_episodes == demos.n_episodes
+    assert [p.name for p in out.iterdir()] == ["data"]

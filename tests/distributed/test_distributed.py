@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -186,8 +187,214 @@ def test_a_killed_trial_resumes_from_its_checkpoint(local_ray, tmp_path: Path) -
     assert (run / "model.zip").exists()
 
 
+class _Payload:
+    """A pickle whose loading creates ``marker``: what a crafted file in a shared sweep folder could hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _plant_pickles(sweep_dir: Path, marker: Path) -> list[Path]:
+    """Every pickle Ray Tune would read to restore the sweep, replaced by (or added as) a payload."""
+    payload = pickle.dumps(_Payload(marker))
+    tune_dir = sweep_dir / "tune"
+    planted = [*tune_dir.rglob("*.pkl"), tune_dir / "tuner.pkl", tune_dir / "searcher-state-2099-01-01_00-00-00.pkl",
+               tune_dir / "run_trial_00000" / "params.pkl"]
+    for path in planted:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(payload)
+    state = {"trial_data": [[json.dumps({"trial_id": "00000"}), payload.hex()]], "runner_data": {}}
+    (tune_dir / "experiment_state-2099-01-01_00-00-00.json").write_text(json.dumps(state))
+    with open(planted[1], "rb") as f:  # the payload works: loading it does create the marker
+        pickle.load(f)
+    assert marker.exists()
+    marker.unlink()
+    return planted
+
+
+def test_a_killed_sweep_resumes_from_herls_record_and_never_unpickles_tunes_files(local_ray, tmp_path: Path) -> None:
+    """SIGKILL a search's driver (herl sweep) once a trial has a checkpoint; plant pickles that create a file when
+    loaded wherever Tune keeps its state; herl sweep --resume finishes every trial from herl's JSON record and run
+    folders, and loads none of them."""
+    sweep_dir, marker = tmp_path / "search", tmp_path / "unpickled"
+    args = ["sweep", *BITS, "--timesteps", "1200", "--set", "eval.freq=300", "--set", "checkpoint.freq=300",
+            "--search", "learning_rate=loguniform:1e-4:3e-3", "--trials", "2", "--sweep-dir", str(sweep_dir),
+            "--address", local_ray.get_runtime_context().gcs_address]  # a second driver on the module's Ray
+    code = f"import sys; from herl.cli import main; sys.exit(main({args!r}))"
+    with open(tmp_path / "driver.log", "w") as log:
+        driver = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    checkpointed: dict[str, int] = {}
+    deadline = time.monotonic() + 300
+    while not checkpointed and driver.poll() is None and time.monotonic() < deadline:
+        for run in sweep_dir.glob("runs/trial_*"):
+            last = latest_checkpoint(run) if (run / "checkpoints").exists() else None
+            if last is not None and last.step > 0:
+                checkpointed[run.name] = last.step
+        time.sleep(0.05)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=30)
+    assert checkpointed, f"no checkpoint before the sweep ended: {(tmp_path / 'driver.log').read_text()[-3000:]}"
+    # the trials' processes die with their driver; wait until they have let go of their run folders
+    pids = [int(t) for t in (p.read_text().strip() for p in sweep_dir.glob("runs/*/train.pid")) if t.isdigit()]
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    record = json.loads((sweep_dir / "trials.json").read_text())
+    assert {t["run"] for t in record["trials"]} >= set(checkpointed)
+    assert all(t["status"] in ("pending", "running") for t in record["trials"] if t["run"] in checkpointed)
+    _plant_pickles(sweep_dir, marker)
+
+    assert herl("sweep", "--resume", sweep_dir) == 0
+    assert not marker.exists(), "herl sweep --resume loaded a pickle from the sweep folder"
+    rows = {r["run"].removeprefix("runs/"): r for r in _rows(sweep_dir / "summary.csv")}
+    assert len(rows) == 2
+    for name, step in checkpointed.items():  # resumed from its checkpoint, not from scratch
+        assert int(rows[name]["resumed from step"] or 0) >= step
+    for row in rows.values():
+        assert row["status"] in ("done", "stopped early")
+        assert row["status"] == "stopped early" or row["steps"] == "1200"
+    record = json.loads((sweep_dir / "trials.json").read_text())
+    for trial in record["trials"]:  # each run folder trained the settings the record says
+        config = json.loads((sweep_dir / "runs" / trial["run"] / "config.json").read_text())
+        assert config["hyperparameters"]["learning_rate"] == pytest.approx(trial["params"]["learning_rate"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def test_a_crafted_sweep_folder_is_refused_before_anything_runs(seed_sweep: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    marker = tmp_path / "unpickled"
+    crafted = tmp_path / "crafted"
+    crafted.mkdir()
+    spec = json.loads((seed_sweep / "sweep.json").read_text())
+    (crafted / "sweep.json").write_text(json.dumps({**spec, "env": "evilmod:Evil-v0"}))
+    _plant_pickles(crafted, marker)
+    # the env's module would run its code when imported: refused without a terminal to ask, unless --env names it
+    assert herl("sweep", "--resume", crafted) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("herl sweep: error: ")
+    assert "imports the Python module 'evilmod'" in err and "--env evilmod:Evil-v0" in err
+    assert "evilmod" not in sys.modules
+
+    # a record of trials naming folders outside runs/
+    (crafted / "sweep.json").write_text(json.dumps(spec))
+    trials = {"version": 1, "trials": [{"run": "../../elsewhere", "seed": 0, "params": {}, "status": "running",
+                                        "resumed_from": 0}]}
+    (crafted / "trials.json").write_text(json.dumps(trials))
+    assert herl("sweep", "--resume", crafted) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "trials.json is damaged" in err and "is not a trial folder name" in err
+
+    # a search begun by an older herl, whose trials only Tune's pickles recorded
+    search = {**spec, "search": ["learning_rate=loguniform:0.0001:0.003"], "trials": 2, "seeds": [0]}
+    (crafted / "sweep.json").write_text(json.dumps(search))
+    (crafted / "trials.json").unlink()
+    (crafted / "runs" / "trial_4f2a1_00000").mkdir(parents=True)
+    assert herl("sweep", "--resume", crafted) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has no trials.json" in err and "herl train --resume" in err
+    assert not marker.exists()
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # workers
+
+CRASHING = "tests.distributed.crashing_env:CrashingBits-v0"  # bit flipping whose process dies mid-episode
+
+
+def test_a_killed_worker_comes_back_and_its_episode_is_dropped(local_ray, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    """The actor's process dies (SIGKILL) in the middle of an episode, mid-run: Ray starts it again, the run
+    finishes its steps, and the episode it was playing is dropped and counted, never stored. (One worker, so that the
+    learner needs its next episode and must hear of the death: with more, it may finish on the others' episodes.)"""
+    trigger = tmp_path / "crash"
+    trigger.touch()
+    run = tmp_path / "run"
+    assert herl("train", "--env", CRASHING, *BITS[2:], "--timesteps", "400", "--workers", "1",
+                "--set", f"env.trigger={trigger}", "--set", "env.after_episodes=20",
+                "--set", f"env.spare_pid={os.getpid()}", "--progress", "off", "--run-dir", run) == 0
+    assert not trigger.exists() and Path(f"{trigger}.taken").exists()  # it died, once
+    err = capsys.readouterr().err
+    assert "worker" in err and "actor died" in err and "dropped" in err
+    summary = json.loads((run / "seed_0" / "summary.json").read_text())
+    assert 400 <= summary["steps"] < 400 + 4  # less than one episode (4 steps) beyond
+    assert any("1 episode(s) they were playing were dropped" in note for note in summary["notes"])
+    rows = _rows(run / "seed_0" / "progress.csv")
+    lost = [r["workers/lost_episodes"] for r in rows if r.get("workers/lost_episodes")]
+    assert lost and float(lost[-1]) == 1
+
+
+def test_a_worker_that_keeps_dying_stops_the_run_with_a_checkpoint_to_resume(local_ray, tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture) -> None:
+    trigger = tmp_path / "crash"
+    trigger.touch()
+    run = tmp_path / "run"
+    assert herl("train", "--env", CRASHING, *BITS[2:], "--timesteps", "300", "--workers", "1",
+                "--set", f"env.trigger={trigger}", "--set", "env.crash=always", "--set", f"env.spare_pid={os.getpid()}",
+                "--progress", "off", "--run-dir", run) == 2
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if line.startswith("herl train: error: "))
+    assert "worker 0 of 1 (a Ray actor) died 4 times" in line and "3 times at most" in line
+    assert f"herl train --resume {run / 'seed_0'}" in line
+    assert latest_checkpoint(run / "seed_0") is not None
+    trigger.unlink()  # the cause fixed: the run continues
+    assert herl("train", "--resume", run, "--progress", "off") == 0
+    assert json.loads((run / "seed_0" / "summary.json").read_text())["steps"] >= 300
+
+
+def test_actor_deaths_are_counted_until_ray_gives_up_or_an_actor_does_not_come_back(
+        capsys: pytest.CaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from herl.distributed.workers import ACTOR_RESTARTS, RESTART_WAIT, ActorDeaths, WorkerStats
+    from herl.run.errors import WorkersLost
+
+    stats = WorkerStats()
+    deaths = ActorDeaths(SimpleNamespace(num_timesteps=120, seed=0), 2, stats)
+    for _ in range(ACTOR_RESTARTS):
+        deaths.died(1, RuntimeError("The actor died unexpectedly.\nAdvice on OOM killers"))
+    assert (stats.actor_deaths, stats.lost_episodes) == (3, 3)
+    assert len({deaths.seed(0), deaths.seed(1)}) == 2  # each restarted actor explores from a seed of its own
+    assert "worker 1's actor died at env step 120 (RuntimeError: The actor died unexpectedly)" in capsys.readouterr().err
+    with pytest.raises(WorkersLost, match=r"^worker 1 of 2 \(a Ray actor\) died 4 times, .* 3 times at most \(last: "
+                       r"RuntimeError: The actor died unexpectedly\)$"):
+        deaths.died(1, RuntimeError("The actor died unexpectedly.\nAdvice on OOM killers"))
+    deaths.died(0, RuntimeError("gone"))
+    deaths.check_restarts()  # not late yet
+    deaths.restarting[0] -= RESTART_WAIT + 1
+    with pytest.raises(WorkersLost, match="worker 0 of 2 .* has not started it again within 300 s"):
+        deaths.check_restarts()
+
+
+def test_more_workers_than_cpus_are_refused_before_ray_starts_or_a_run_folder_is_made(local_ray, tmp_path: Path,
+                                                                                      capsys: pytest.CaptureFixture
+                                                                                      ) -> None:
+    run = tmp_path / "run"
+    code = ("import sys; import ray; from herl.cli import main; "
+            f"rc = main(['train', *{BITS!r}, '--workers', '3', '--cpus', '2', '--timesteps', '100', '--progress', "
+            f"'off', '--run-dir', {str(run)!r}]); assert rc == 2, rc; assert not ray.is_initialized(); "
+            "print('refused')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "refused" in out.stdout, out.stderr[-2000:]
+    assert "3 workers need 3 CPUs for their actors, and Ray has 2" in out.stderr
+    assert not run.exists()
+    # on a Ray that is up (this module's, 2 CPUs): refused before the run folder too, so the corrected command runs
+    assert herl("train", *BITS, "--workers", "3", "--timesteps", "100", "--progress", "off", "--run-dir", run) == 2
+    assert "3 workers need 3 CPUs" in capsys.readouterr().err
+    assert not run.exists()
+    assert herl("train", *BITS, "--workers", "2", "--timesteps", "100", "--progress", "off", "--run-dir", run) == 0
 
 
 def test_workers_reach_the_success_of_training_without_them(local_ray, tmp_path: Path) -> None:

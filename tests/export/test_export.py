@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -90,3 +95,95 @@ def test_onnx_of_a_layer_normalized_actor_equals_predict(algo, tmp_path):
                 p.uniform_(0.5, 1.5)
     path = model.export_onnx(tmp_path / "policy.onnx")
     assert check_onnx(model, path, n_observations=1000) <= 1e-5
+
+
+def _previous_file(folder, name: str) -> tuple:
+    """A file already at the export's output, and how to tell it is still there untouched with nothing beside it."""
+    path = folder / name
+    path.write_bytes(b"the previous export")
+    return path, lambda: path.read_bytes() == b"the previous export" and [p.name for p in folder.iterdir()] == [name]
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_an_export_that_fails_midway_leaves_the_file_at_its_output(fmt, tmp_path, full_disk):
+    model = herl.TD3("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(net_arch=[16]), seed=0)
+    path, intact = _previous_file(tmp_path, f"policy.{'onnx' if fmt == 'onnx' else 'pt'}")
+    full_disk(room=100)
+    with pytest.raises(OSError, match="No space left on device"):
+        (model.export_onnx if fmt == "onnx" else lambda p: export_torchscript(model, p))(path)
+    assert intact()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_torchscript_export_to_a_full_disk_raises_instead_of_aborting_the_process(tmp_path):
+    """torch's own file writer aborts the process when a write fails (its error escapes a C++ destructor) and leaves
+    the output cut short; the file-size limit makes every write past 4 KB fail, as a full disk does."""
+    path, intact = _previous_file(tmp_path, "policy.pt")
+    script = (
+        "import resource, signal, sys\n"
+        "import herl\n"
+        "from herl.envs import PointReachEnv\n"
+        "from herl.export import export_torchscript\n"
+        "model = herl.TD3('MultiInputPolicy', PointReachEnv(), policy_kwargs=dict(net_arch=[16]), seed=0)\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "try:\n"
+        "    export_torchscript(model, sys.argv[1])\n"
+        "except OSError as err:\n"
+        "    print('OSError', err.errno)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["OSError", str(errno.EFBIG)]
+    assert intact()
+
+
+def test_herl_export_refuses_to_write_over_the_model_it_reads(tmp_path, capsys):
+    model = herl.SAC("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(net_arch=[16]), seed=0)
+    source = tmp_path / "model.zip"
+    model.save(source)
+    saved = source.read_bytes()
+    os.link(source, tmp_path / "hardlink.zip")
+    (tmp_path / "symlink.zip").symlink_to(source)
+    for output in (source, tmp_path / "." / "model.zip", tmp_path / "hardlink.zip", tmp_path / "symlink.zip"):
+        for fmt in ("onnx", "torchscript"):
+            assert main(["export", str(source), "-o", str(output), "--format", fmt]) == 2
+            err = capsys.readouterr().err
+            assert f"-o {output} is the model being exported ({source})" in err and "write it to another file" in err
+    assert source.read_bytes() == saved
+
+
+def test_herl_export_refuses_a_missing_folder_and_a_folder_as_its_output(tmp_path, capsys):
+    model = herl.SAC("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(net_arch=[16]), seed=0)
+    model.save(tmp_path / "model.zip")
+    assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path / "missing" / "p.pt")]) == 2
+    assert f"the folder {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
+    assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def _nan_actor(model):
+    with torch.no_grad():
+        for p in model.actor.parameters():
+            p.fill_(float("nan"))
+    return model
+
+
+def test_check_onnx_refuses_actions_that_are_nan(tmp_path, capsys):
+    """NaN is not greater than any limit: a NaN difference once passed the check."""
+    env = PointReachEnv()
+    broken = _nan_actor(herl.TD3("MultiInputPolicy", env, policy_kwargs=dict(net_arch=[16]), seed=0))
+    path = broken.export_onnx(tmp_path / "nan.onnx")
+    with pytest.raises(AssertionError, match="hold NaN or infinity for 100 of 100 observations"):
+        check_onnx(broken, path, n_observations=100)
+    good = herl.TD3("MultiInputPolicy", env, policy_kwargs=dict(net_arch=[16]), seed=0)
+    path = good.export_onnx(tmp_path / "good.onnx")
+    with pytest.raises(AssertionError, match="differ from predict's by up to nan"):
+        check_onnx(_nan_actor(good), path, n_observations=100)  # predict's actions NaN, the graph's finite
+    broken.save(tmp_path / "nan.zip")
+    (tmp_path / "out").mkdir()
+    output, intact = _previous_file(tmp_path / "out", "policy.onnx")
+    with pytest.warns(UserWarning, match="hold NaN"):
+        assert main(["export", str(tmp_path / "nan.zip"), "-o", str(output)]) == 2
+    assert "was not written" in capsys.readouterr().err and intact()

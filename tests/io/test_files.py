@@ -105,11 +105,19 @@ def test_save_replay_buffer_writes_the_stored_rows_only(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX permissions")
 def test_model_and_buffer_files_are_fsynced_before_the_rename_with_new_file_permissions(tmp_path, monkeypatch):
     """As checkpoints are: the bytes are on disk before the rename makes them the file, so a power cut leaves the old
-    file or the new one, never an empty one; and the file is readable as any new file is (not mkstemp's 0600)."""
+    file or the new one, never an empty one; then the folder, so the rename itself lasts; and the file is readable as
+    any new file is (not mkstemp's 0600)."""
+    import stat
+
     events = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.fstat(fd).st_mode & 0o777)),
-                                                 real_fsync(fd))[1])
+
+    def fsync(fd):
+        mode = os.fstat(fd).st_mode
+        events.append(("fsync", "folder" if stat.S_ISDIR(mode) else mode & 0o777))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", lambda src, dst: (events.append(("replace", os.path.basename(dst))),
                                                          real_replace(src, dst))[1])
     mask = os.umask(0o022)
@@ -121,5 +129,59 @@ def test_model_and_buffer_files_are_fsynced_before_the_rename_with_new_file_perm
         model.save_replay_buffer(tmp_path / "b.zip")
     finally:
         os.umask(mask)
-    assert events == [("fsync", 0o644), ("replace", "m.zip"), ("fsync", 0o644), ("replace", "b.zip")]
+    assert events == [("fsync", 0o644), ("replace", "m.zip"), ("fsync", "folder"),
+                      ("fsync", 0o644), ("replace", "b.zip"), ("fsync", "folder")]
     assert all((tmp_path / name).stat().st_mode & 0o777 == 0o644 for name in ("m.zip", "b.zip"))
+
+
+def _writers(tmp_path):
+    """Each kind of file herl writes, by a name, with the call that writes it to a path."""
+    from herl.run.checkpoint import atomic_write_text
+    from herl.run.runlog import ResumableCSV
+
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    model = SAC("MultiInputPolicy", env, learning_starts=8, batch_size=8, policy_kwargs=dict(net_arch=[8]), seed=0)
+    model.learn(10)
+
+    def progress(path):  # a resumed run's log: its rows so far are written again, then a new column rewrites it
+        log = ResumableCSV(path, keep_until=10**9)
+        log.write({"time/total_timesteps": 10, "a": 1}, 10)
+        log.write({"time/total_timesteps": 20, "a": 2, "b": 3}, 20)  # a new column: the file is rewritten
+        log.close()
+
+    return {"model.zip": model.save, "buffer.zip": model.save_replay_buffer, "progress.csv": progress,
+            "latest.json": lambda path: atomic_write_text(path, '{"step": 10, "path": "step_000000000010"}')}
+
+
+@pytest.mark.parametrize("name", ["model.zip", "buffer.zip", "latest.json", "progress.csv"])
+def test_a_write_that_fails_midway_leaves_the_previous_file_and_no_temporary_file(tmp_path, full_disk, name):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    write = _writers(tmp_path)[name]
+    write(folder / name)
+    before = (folder / name).read_bytes()
+    full_disk(room=10)  # the disk fills 10 bytes into the next file
+    with pytest.raises(OSError, match="No space left on device"):
+        write(folder / name)
+    assert (folder / name).read_bytes() == before
+    assert [p.name for p in folder.iterdir()] == [name]
+
+
+def test_atomic_path_replaces_the_file_only_when_its_writer_succeeds(tmp_path):
+    """For writers that take a path (matplotlib, imageio): the temporary file can end like the target, so a writer
+    that picks its format by the suffix picks the right one."""
+    from herl.io.atomic import atomic_path, atomic_write
+
+    target = atomic_write(tmp_path / "curves.png", b"previous")
+    with pytest.raises(RuntimeError, match="the writer failed"), atomic_path(target, suffix=True) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".curves.png.") and tmp.suffix == ".png"
+        tmp.write_bytes(b"half an im")
+        raise RuntimeError("the writer failed")
+    assert target.read_bytes() == b"previous" and [p.name for p in tmp_path.iterdir()] == ["curves.png"]
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"new")
+    assert target.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["curves.png"]
+    with pytest.raises(FileNotFoundError, match=f"cannot write .*: the folder {tmp_path / 'missing'} does not exist"):
+        atomic_write(tmp_path / "missing" / "x.json", "{}")
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        atomic_write(tmp_path, "{}")

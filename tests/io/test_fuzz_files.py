@@ -99,7 +99,10 @@ def _use(kind: str, path: Path) -> None:
         buffer = (HerReplayBuffer.load(path, env=env, device="cpu") if kind == "her.zip"
                   else ReplayBuffer.load(path, device="cpu"))
         if len(buffer):
-            buffer.sample(16)
+            batch = buffer.sample(16)
+            # usable: a buffer that checks what is added samples no NaN (one once loaded from a file did, silently)
+            sampled = [batch.rewards, batch.actions, *batch.observations.values(), *batch.next_observations.values()]
+            assert not buffer.check_finite or all(torch.isfinite(t).all() for t in sampled), "sampled NaN or inf"
         obs = {k: np.stack([v] * buffer.n_envs) for k, v in env.reset(seed=0)[0].items()}
         buffer.add(obs, obs, np.zeros((buffer.n_envs, 4), np.float32), np.zeros(buffer.n_envs),
                    terminated=np.ones(buffer.n_envs, bool))
@@ -122,8 +125,8 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=8,
 )
-SPECIAL = st.sampled_from([0, -1, 1, 2**40, 10**12, -(2**63), 0.5, float("nan"), float("inf"), "3", "", None, [], {},
-                           True])
+SPECIAL = st.sampled_from([0, -1, 1, 2**40, 10**12, 10**13, 10**4000, -(2**63), 0.5, float("nan"), float("inf"), "3", "",
+                           None, [], {}, True])
 
 
 def _paths(value, prefix=()):
@@ -334,9 +337,17 @@ def test_each_named_damage_to_a_model_file_is_refused_naming_the_field(files, tm
     (_set("rng_state", "state", {"state": "x"}), r"random generator state \(rng_state\)"),
     (_set("format_version", "2"), "format version '2'"),
     (_set("config", "buffer_size", "200"), "buffer_size='200' is not allowed"),
-], ids=["counters floats", "rng state", "version string", "buffer_size string"])
+    (_set("config", "buffer_size", 10**13), r"claims buffer_size=10,000,000,000,000, storage of .* bytes, more than "
+                                           r"this machine's"),
+    (lambda meta, arrays: arrays["storage/transition/reward"].__setitem__((3, 0), np.nan),
+     r"storage/transition/reward holds NaN or infinity at row 3 \(env 0\)"),
+    (lambda meta, arrays: arrays["storage/transition/action"].__setitem__((5, 0, 1), -np.inf),
+     r"storage/transition/action holds NaN or infinity at row 5"),
+], ids=["counters floats", "rng state", "version string", "buffer_size string", "buffer_size 1e13", "nan reward",
+        "inf action"])
 def test_each_named_damage_to_a_buffer_file_is_refused_naming_the_field(files, tmp_path, mutate, match):
     meta, arrays = _unpack(files["her.zip"])
+    arrays = {k: v.copy() for k, v in arrays.items()}  # writable
     mutate(meta, arrays)
     path = tmp_path / "b.zip"
     path.write_bytes(_pack(meta, arrays))
@@ -348,3 +359,54 @@ def _write(tmp_path: Path, data: bytes) -> Path:
     path = tmp_path / "valid.zip"
     path.write_bytes(data)
     return path
+
+
+def test_nan_in_a_buffer_saved_without_the_finiteness_check_loads_as_saved(files, tmp_path):
+    """check_finite=False stores NaN on purpose: such a file loads, NaN and all (nothing a user saved is changed)."""
+    meta, arrays = _unpack(files["plain.zip"])
+    meta["config"]["check_finite"] = False
+    arrays = {k: v.copy() for k, v in arrays.items()}
+    arrays["storage/transition/reward"][3, 1] = np.nan
+    path = tmp_path / "b.zip"
+    path.write_bytes(_pack(meta, arrays))
+    assert np.isnan(ReplayBuffer.load(path, device="cpu").storage.transitions["reward"][3, 1]).all()
+
+
+def _raw_meta(data: bytes, edit) -> bytes:
+    """The archive ``data`` with its meta.json's text passed through ``edit`` (for what json.dumps cannot write)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as archive:
+        archive.writestr(META_NAME, edit(source.read(META_NAME).decode()))
+        archive.writestr(ARRAYS_NAME, source.read(ARRAYS_NAME))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["model.zip", "her.zip", "plain.zip"])
+def test_a_number_beyond_pythons_digit_limit_is_refused_naming_the_file(files, kind, tmp_path):
+    from herl.errors import ArchiveError
+
+    path = tmp_path / kind
+    path.write_bytes(_raw_meta(files[kind], lambda text: text.replace('"format_version": ', '"format_version": '
+                                                                      + "7" * 5000, 1)))
+    with pytest.raises(ArchiveError, match=rf"{path}: its meta.json is damaged \(it holds a whole number of more "
+                                           r"than 4,300 digits\)"):
+        _use(kind, path)
+
+
+@pytest.mark.parametrize("kind", ["model.zip", "her.zip", "plain.zip"])
+def test_a_zip_whose_members_say_they_are_encrypted_is_refused(files, kind, tmp_path):
+    """zipfile would ask for a password (a RuntimeError): the flag bit is set in the local and central headers."""
+    from herl.errors import ArchiveError
+
+    data = bytearray(files[kind])
+    for signature, flag_offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        at = data.find(signature)
+        while at >= 0:
+            data[at + flag_offset] |= 0x1
+            at = data.find(signature, at + 4)
+    with pytest.raises(ArchiveError, match="its meta.json is encrypted, which herl files never are"):
+        _use(kind, _write(tmp_path, bytes(data)))
+    from herl.io.archive import read_header
+
+    with pytest.raises(ArchiveError, match="encrypted"):
+        read_header(_write(tmp_path, bytes(data)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from herl import DQN, SAC, CrossQ, HerReplayBuffer
@@ -62,3 +63,39 @@ def test_dqn_reads_the_taken_actions_values():
     expected = model.q_net(x)[torch.arange(8), batch.actions.reshape(-1).long()]
     torch.testing.assert_close(model.q_estimates(batch), expected)
     assert np.isfinite(replay_diagnostics(model)["diagnostics/q_mean"])
+
+
+def test_goal_moved_episodes_after_a_resume_equals_the_run_never_stopped(tmp_path):
+    """Its window of the last 100 episodes travels in herl train's checkpoints: a resumed run's window started empty,
+    and logged other numbers than the run never stopped."""
+    import csv
+
+    from herl.cli import main
+
+    args = ["--env", "herl/BitFlipping-v0", "--progress", "off", "--set", "env.n_bits=4", "--set", "learning_starts=50",
+            "--set", "eval.freq=100", "--set", "eval.episodes=2", "--set", "checkpoint.freq=100",
+            "--set", "batch_size=16", "--set", "policy.net_arch=[16,16]", "--set", "log_interval=1",
+            "--set", "exploration_fraction=0"]  # so that a run of 150 extended to 300 is the run of 300
+
+    def logged(run):
+        with open(run / "seed_0" / "progress.csv") as f:
+            return [(int(float(row["time/total_timesteps"])), float(row["diagnostics/goal_moved_episodes"]))
+                    for row in csv.DictReader(f) if row.get("diagnostics/goal_moved_episodes") not in (None, "")]
+
+    assert main(["train", *args, "--timesteps", "300", "--run-dir", str(tmp_path / "whole")]) == 0
+    assert main(["train", *args, "--timesteps", "150", "--run-dir", str(tmp_path / "parts")]) == 0
+    assert main(["train", "--resume", str(tmp_path / "parts"), "--timesteps", "300", "--progress", "off"]) == 0
+    whole = [row for row in logged(tmp_path / "whole") if row[0] > 150]
+    resumed = [row for row in logged(tmp_path / "parts") if row[0] > 150]
+    assert len(whole) > 10 and 0 < min(share for _, share in whole) < 1  # a window whose start matters
+    assert resumed == whole
+
+
+def test_goal_moved_history_is_checked_when_set():
+    env = PointReachEnv()
+    buffer = HerReplayBuffer(1000, env.observation_space, env.action_space, env=env)
+    buffer.goal_moved_history = [True, False] * 60
+    assert buffer.goal_moved_history == [True, False] * 50 and buffer.goal_moved_share == 0.5  # the last 100
+    for bad in ([1, 0], "yes", [None]):
+        with pytest.raises(ValueError, match="goal_moved_history must be a list of bools"):
+            buffer.goal_moved_history = bad

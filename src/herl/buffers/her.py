@@ -34,13 +34,14 @@ from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer, _file_error
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy, relabel_count, sample_goal_offsets
-from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, Rule, check, number, one_of
+from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, Rule, as_integer, check, integer, number, one_of
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 DEFAULT_MAX_EPISODE_LENGTH = 10_000
 INFO_PREFIX = "info/"
 DEFAULT_DEMO_BATCH_RATIO = 0.125
 """Nair et al. 2018 (arXiv:1709.10089) drew 128 of each 1024 transitions from the demonstrations."""
+N_SAMPLED_GOAL = integer(0, note="0 turns relabeling off")
 DEMO_BATCH_RATIO = number(0.0, 1.0, high_open=True, note="the fraction of each batch drawn from the demonstrations")
 EPISODE_PRIORITIES = ("goal_motion",)
 GOAL_MOTION_SCALE = number(0.0, low_open=True, note="the achieved goal's path length (in its units) that earns the full weight")
@@ -194,6 +195,12 @@ class HerReplayBuffer(ReplayBuffer):
         gamma: float = 0.99,
     ) -> None:
         env = _sb3_1x_arguments(buffer_size, env, wrapped_env, env_info)
+        owner = type(self).__name__  # herl's rules, not int(): int(nan) named no argument, int(None) a TypeError
+        buffer_size = as_integer(owner, "buffer_size", buffer_size)
+        n_envs = as_integer(owner, "n_envs", n_envs)
+        n_sampled_goal = as_integer(owner, "n_sampled_goal", n_sampled_goal, N_SAMPLED_GOAL)
+        if max_episode_length is not None:
+            max_episode_length = as_integer(owner, "max_episode_length", max_episode_length)
         if n_steps != 1 and not online_sampling:
             raise ValueError("n-step returns follow each sampled transition through its stored episode, which offline "
                              "relabeling does not keep: use online_sampling=True with n_steps > 1")
@@ -216,9 +223,7 @@ class HerReplayBuffer(ReplayBuffer):
         check(type(self).__name__, "motion_bonus_scale", motion_bonus_scale, MOTION_BONUS_SCALE)
         self.motion_bonus, self.motion_bonus_scale = float(motion_bonus), float(motion_bonus_scale)
         check_goal_space(observation_space)
-        if int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
-            raise ValueError(f"n_sampled_goal must be an integer >= 0 (0 turns relabeling off), got {n_sampled_goal!r}")
-        self.n_sampled_goal = int(n_sampled_goal)
+        self.n_sampled_goal = n_sampled_goal
         self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
         check(type(self).__name__, "desired_goal_share", desired_goal_share, DESIRED_GOAL_SHARE)
         if desired_goal_share and not self.n_sampled_goal:
@@ -392,8 +397,22 @@ class HerReplayBuffer(ReplayBuffer):
     def goal_moved_share(self) -> float | None:
         """Share of the last 100 episodes stored whose achieved goal ended more than 1e-3 (in any coordinate) from
         where it started (for FetchPush: episodes that moved the block); None before the first episode ends. Kept
-        since the buffer was built or loaded (not saved)."""
+        since the buffer was built or loaded (a buffer file does not hold it; a ``herl train`` checkpoint does, see
+        :attr:`goal_moved_history`)."""
         return float(np.mean(self._goal_moved)) if self._goal_moved else None
+
+    @property
+    def goal_moved_history(self) -> list[bool]:
+        """The window behind :attr:`goal_moved_share`: for each of the last 100 episodes, oldest first, whether it
+        moved its achieved goal. ``herl train``'s checkpoints save it and set it back, so that a resumed run logs the
+        ``diagnostics/goal_moved_episodes`` of a run never stopped (it started empty after a resume)."""
+        return list(self._goal_moved)
+
+    @goal_moved_history.setter
+    def goal_moved_history(self, history: Any) -> None:
+        if not isinstance(history, (list, tuple)) or not all(type(moved) is bool for moved in history):
+            raise ValueError(f"goal_moved_history must be a list of bools (one per episode), got {history!r:.80}")
+        self._goal_moved = collections.deque(history, maxlen=self._goal_moved.maxlen)
 
     def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any = None, infos: Any = None, *,
             terminated: Any = None, truncated: Any = None) -> None:
@@ -857,7 +876,7 @@ def _episode_priority(value: Any, prioritized: bool, online_sampling: bool) -> s
 def _sb3_1x_arguments(buffer_size: Any, env: Any, wrapped_env: Any, env_info: Any) -> Any:
     """The goal env, from SB3 2.x's ``env`` or SB3 1.x's ``wrapped_env``; SB3 1.x's call shapes get a message that
     says what changed (SB3 1.6 made the buffer take ``(buffer_size, observation_space, action_space, env=...)``)."""
-    if not isinstance(buffer_size, (int, float, np.integer, np.floating)):
+    if buffer_size is not None and not isinstance(buffer_size, (int, float, np.integer, np.floating)):
         raise TypeError(
             f"HerReplayBuffer's first argument is buffer_size, got {type(buffer_size).__name__}: since SB3 1.6 it is "
             "HerReplayBuffer(buffer_size, observation_space, action_space, env=goal_env, ...)"

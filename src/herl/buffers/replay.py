@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from herl.buffers.samples import DictReplayBufferSamples, ReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, TorchEpisodeStorage, to_numpy
-from herl.errors import BOOL, POSITIVE_INT, ArchiveError, HerlError, NonFiniteError, Rule, check, number
+from herl.errors import BOOL, POSITIVE_INT, ArchiveError, HerlError, NonFiniteError, Rule, as_integer, check, number
 from herl.utils import get_device
 
 # info keys that are episode book-keeping, never inputs of a reward
@@ -125,8 +125,9 @@ class ReplayBuffer:
         n_steps: int = 1,
         gamma: float = 0.99,
     ) -> None:
-        if int(buffer_size) != buffer_size or buffer_size < 1:
-            raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
+        # herl's rules, not int(): int(nan) raised "cannot convert float NaN to integer", naming no argument
+        buffer_size = as_integer(type(self).__name__, "buffer_size", buffer_size)
+        n_envs = as_integer(type(self).__name__, "n_envs", n_envs)
         check(type(self).__name__, "n_steps", n_steps, self.FILE_CONFIG["n_steps"])
         check(type(self).__name__, "gamma", gamma, self.FILE_CONFIG["gamma"])
         self.n_steps, self.gamma = int(n_steps), float(gamma)
@@ -284,35 +285,63 @@ class ReplayBuffer:
     def _report_non_finite(self, states: Mapping[str, Any], next_states: Mapping[str, Any],
                            transitions: Mapping[str, Any]) -> None:
         """Called by a NumPy storage whose rows just written hold NaN or infinity (it checks them in one reduction
-        per block): raise, naming the env and the field."""
+        per block): raise, naming the env and the field. Inputs that were finite became infinite when stored in a
+        narrower dtype (a float64 observation of 1e300 in a float32 column)."""
         self._check_finite(states, next_states, transitions["action"], transitions["reward"])
-        raise NonFiniteError("an info entry stored with the transition holds NaN or infinity; nothing of this add() "
-                             "was stored")
+        info = [k for k in transitions if k not in ("action", "reward", "terminated", "truncated")]
+        for key in info:
+            bad = _non_finite_rows(np.asarray(transitions[key]), self.n_envs, self.storage.transition_fields[key].dtype)
+            if bad is not None:
+                raise NonFiniteError(f"info entry {key.split('/', 1)[-1]!r} of env {int(np.flatnonzero(bad)[0])} holds "
+                                     "NaN or infinity; nothing of this add() was stored. Find where the env puts it in "
+                                     "its info (or leave that key out of info_keys)")
+        raise NonFiniteError("a value stored with the transition holds NaN or infinity; nothing of this add() was stored")
 
     def _check_finite(self, obs: Mapping[str, Any], next_obs: Mapping[str, Any], action: Any, reward: Any) -> None:
         """Refuse NaN or infinity before anything is stored (issue 10: one NaN observation made every weight and
         the normalizer NaN, silently), naming the env and the field. One reduction per float field: a sum is finite
-        only if every element is (an overflowing sum of finite values is told apart by the exact check)."""
-        fields = [("next_obs", k, next_obs[k]) for k in self._float_state_keys]
-        fields += [("obs", k, obs[k]) for k in self._float_state_keys]
-        fields.append(("reward", None, reward))
+        only if every element is (an overflowing sum of finite values is told apart by the exact check).
+
+        The fields are checked in the order they come about, so the message blames the first cause: the observation
+        acted on, the action chosen from it, then what the env answered (reward, next observation). A NaN action
+        makes many envs answer NaN; blaming their observation sent people looking for a bug in the env when the
+        policy had diverged. A value that is finite but overflows the dtype it is stored in (float64's 1e300 in a
+        float32 column) is named as such: it would be stored as infinity (checked where an input is wider than its
+        column: a NumPy storage finds such a value after writing it, and calls this through _report_non_finite)."""
+        specs = self._state_specs
+        fields = [("obs", k, obs[k], specs[k].dtype) for k in self._float_state_keys]
         if self._float_action:
-            fields.append(("action", None, action))
-        for what, key, value in fields:
-            if type(value) is np.ndarray:
-                if math.isfinite(np.add.reduce(value, None)):
-                    continue
-                bad = ~np.isfinite(value.reshape(self.n_envs, -1)).all(axis=1)
-            else:  # a torch tensor (torch storage)
-                bad = (~torch.isfinite(value.reshape(self.n_envs, -1)).all(dim=1)).cpu().numpy()
-            if bad.any():
-                env = int(np.flatnonzero(bad)[0])
-                name = what if key is None or not self._dict_obs else f"{what}[{key!r}]"
+            fields.append(("action", None, action, self._action_spec.dtype))
+        fields.append(("reward", None, reward, _FLOAT32))
+        fields += [("next_obs", k, next_obs[k], specs[k].dtype) for k in self._float_state_keys]
+        for what, key, value, dtype in fields:
+            bad = _non_finite_rows(value, self.n_envs, dtype)
+            if bad is None:
+                continue
+            env = int(np.flatnonzero(bad)[0])
+            name = what if key is None or not self._dict_obs else f"{what}[{key!r}]"
+            row = to_numpy(value).reshape(self.n_envs, -1)[env]
+            if np.isfinite(row).all():  # finite as given: too large for the column
+                big = row[np.argmax(np.abs(row))]
                 raise NonFiniteError(
-                    f"{name} of env {env} holds NaN or infinity; nothing of this add() was stored. Find where the "
-                    "env (or the code calling add) produces it: one non-finite number spreads to every network weight "
-                    "and normalizer statistic. (check_finite=False turns this check off.)"
+                    f"{name} of env {env} holds {big:.3g}, which overflows {dtype} (the dtype it is stored in, at most "
+                    f"{np.finfo(dtype).max:.3g}) and would be stored as infinity; nothing of this add() was stored. "
+                    "Scale or clip that value where the env (or the code calling add) produces it, or give the space a "
+                    "float64 dtype. (check_finite=False turns this check off.)"
                 )
+            if what == "action":
+                raise NonFiniteError(
+                    f"action of env {env} holds NaN or infinity, chosen from a finite observation; nothing of this "
+                    "add() was stored. An action a model chose this way means its policy diverged (its weights are no "
+                    "longer finite): lower learning_rate, normalize the rewards, or use clip_target=True for -1/0 goal "
+                    "rewards, and continue from a checkpoint taken before; otherwise find where the code calling add "
+                    "produces it. (check_finite=False turns this check off.)"
+                )
+            raise NonFiniteError(
+                f"{name} of env {env} holds NaN or infinity; nothing of this add() was stored. Find where the "
+                "env (or the code calling add) produces it: one non-finite number spreads to every network weight "
+                "and normalizer statistic. (check_finite=False turns this check off.)"
+            )
 
     def _add_info_fields(self, transitions: dict[str, np.ndarray], infos: Any) -> None:
         """Hook for subclasses that store info keys (HER with ``copy_info_dict``)."""
@@ -694,11 +723,16 @@ class ReplayBuffer:
                 rule = cls.FILE_CONFIG[key]
                 if rule is not None and not (key == "storage_device" and isinstance(value, str)):
                     check(f"{path}: the saved", key, value, rule)
-            for prefix, (rows, n_envs) in cls._file_shapes(config).items():
+            shapes = cls._file_shapes(config)
+            for prefix, (rows, n_envs) in shapes.items():
                 found = getattr(arrays.get(f"{prefix}/is_transition"), "shape", None)
                 if found is None or len(found) != 2 or found[1] != n_envs or found[0] > rows:
                     raise ArchiveError(f"{path}: its {prefix} holds rows shaped {found}, but its config says at most "
                                        f"{(rows, n_envs)}: the file is damaged")
+            _check_claimed_memory(path, config, shapes, arrays)
+            if config.get("check_finite", True):
+                for prefix, (rows, _) in shapes.items():
+                    _check_finite_rows(path, prefix, arrays, rows, bool(config.get("optimize_memory_usage")))
             return meta, arrays, space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
 
     @classmethod
@@ -749,6 +783,90 @@ def _write_rows(view, rows: np.ndarray, values) -> None:
         view[rows] = values
     else:
         view[torch.from_numpy(rows).to(view.device)] = values
+
+
+def _memory_bytes() -> int | None:
+    """This machine's physical memory, where the OS says (POSIX)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_claimed_memory(path: str | os.PathLike, config: dict[str, Any], shapes: dict[str, tuple[int, int]],
+                          arrays: dict[str, np.ndarray]) -> None:
+    """Refuse a file whose config claims more storage than this machine has memory, before anything is allocated.
+
+    A file holds the rows written so far only, so its config may rightly claim more rows than it holds; what a claimed
+    row costs is known from the file's own per-row arrays (their dtypes and trailing shapes). A claim that no machine
+    like this one could have saved (``buffer_size=10**13``) is a damaged file, not a MemoryError from NumPy."""
+    memory = _memory_bytes()
+    need = 0
+    for prefix, (rows, n_envs) in shapes.items():
+        written = arrays[f"{prefix}/is_transition"].shape[0]
+        row_bytes = sum(a.dtype.itemsize * math.prod(a.shape[1:]) for name, a in arrays.items()
+                        if name.startswith(prefix + "/") and a.ndim >= 2 and a.shape[:2] == (written, n_envs))
+        need += rows * max(row_bytes, 1)
+    if memory is not None and need > memory:
+        held = ", ".join(f"{arrays[prefix + '/is_transition'].shape[0]:,} rows of its {prefix}" for prefix in shapes)
+        raise ArchiveError(
+            f"{path}: its config claims buffer_size={config.get('buffer_size'):,}, storage of {need:,} bytes, more "
+            f"than this machine's {memory:,} bytes of memory (the file holds {held}): the file is damaged, or load it "
+            "on a machine with that much memory"
+        )
+
+
+def _check_finite_rows(path: str | os.PathLike, prefix: str, arrays: dict[str, np.ndarray], rows: int,
+                       shared: bool) -> None:
+    """Refuse NaN or infinity in a stored transition's observations, action or reward: ``add`` refuses them
+    (``check_finite=True``, which the file's config says), so a file that holds them is damaged or edited, and would
+    make every update NaN. Rows that hold no transition are not looked at (an add refused for a NaN leaves its values
+    in rows that belong to no episode)."""
+    stored = arrays[f"{prefix}/is_transition"].astype(bool)
+    written = stored.shape[0]
+    next_state = stored.copy()  # with shared states, the next state of row r is the state of row r + 1
+    next_state[1:] |= stored[:-1]
+    if written == rows:  # a full buffer wraps around
+        next_state[0] |= stored[-1]
+    for name in sorted(arrays):
+        field = name[len(prefix) + 1:]
+        if not name.startswith(prefix + "/") or not (field.startswith(("state/", "next_state/"))
+                                                      or field in ("transition/action", "transition/reward")):
+            continue
+        array = arrays[name]
+        if array.dtype.kind not in "fc" or array.shape[:2] != stored.shape or np.isfinite(array).all():
+            continue
+        where = stored | next_state if shared and field.startswith("state/") else stored
+        bad = ~np.isfinite(array.reshape(*stored.shape, -1)).all(axis=2) & where
+        if bad.any():
+            row, env = (int(i[0]) for i in np.nonzero(bad))
+            raise ArchiveError(
+                f"{path}: its {name} holds NaN or infinity at row {row} (env {env}), in a stored transition: the "
+                "buffer was saved with check_finite=True, whose add() refuses such values, so the file is damaged or "
+                "was edited; load an intact copy"
+            )
+
+
+_FLOAT32 = np.dtype(np.float32)
+
+
+def _non_finite_rows(value: Any, n_envs: int, stored: np.dtype | None = None) -> np.ndarray | None:
+    """Which envs' rows of ``value`` (an array or tensor shaped (n_envs, ...)) hold NaN or infinity, or would once
+    stored in the narrower float dtype ``stored``; None when none do (the common case: one reduction)."""
+    if type(value) is np.ndarray:
+        narrower = stored is not None and stored.kind == "f" and value.dtype.kind == "f" \
+            and value.dtype.itemsize > stored.itemsize
+        if narrower:
+            with np.errstate(over="ignore"):  # the overflow is what is looked for
+                value = value.astype(stored)
+        elif math.isfinite(np.add.reduce(value, None)):
+            return None
+        bad = ~np.isfinite(value.reshape(n_envs, -1)).all(axis=1)
+    else:  # a torch tensor (torch storage)
+        if stored is not None and value.is_floating_point() and value.element_size() > stored.itemsize:
+            value = value.to(getattr(torch, stored.name))
+        bad = (~torch.isfinite(value.reshape(n_envs, -1)).all(dim=1)).cpu().numpy()
+    return bad if bad.any() else None
 
 
 @contextlib.contextmanager

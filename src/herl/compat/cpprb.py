@@ -26,7 +26,7 @@ from gymnasium import spaces
 from herl.buffers import HerReplayBuffer
 from herl.buffers.goal_functions import goal_function_values
 from herl.buffers.storage import GatheredRows
-from herl.errors import NON_NEGATIVE_INT, NonFiniteError, as_integer
+from herl.errors import NON_NEGATIVE_INT, NonFiniteError, as_integer, check, number
 
 # Engine observation keys for extra env_dict entries (e.g. "done"): prefixed so that a user's key
 # can never collide with the goal-env keys. See _extra_key.
@@ -114,7 +114,7 @@ class HindsightReplayBuffer:
                 raise ValueError(f"{name}={kwargs[name]!r} is not supported by herl's HindsightReplayBuffer: {why}")
             kwargs.pop(name, None)
         default_dtype = np.dtype(kwargs.pop("default_dtype", None) or np.float32)
-        per = {key: float(kwargs.pop(key, default)) for key, default in _PER_DEFAULTS.items()}
+        per = {key: kwargs.pop(key, default) for key, default in _PER_DEFAULTS.items()}
         if kwargs:
             # cpprb ignores unknown names, so a typo silently keeps the default (cpprb's own HER test passes
             # "additonal_goals=1" and gets 4); herl names it and the closest known argument
@@ -126,9 +126,11 @@ class HindsightReplayBuffer:
                 f"unexpected keyword argument(s) {', '.join(hints)}: herl's HindsightReplayBuffer takes cpprb's "
                 f"alpha, eps and default_dtype (and seed) besides its named arguments"
             )
-        if per["eps"] <= 0:
-            raise ValueError(f"eps must be > 0 (a zero priority would never be drawn again), got {per['eps']}")
         owner = "HindsightReplayBuffer"
+        # checked under cpprb's names (the engine's would say priority_eps), never float()-converted raw
+        check(owner, "alpha", per["alpha"], number(0.0))
+        check(owner, "eps", per["eps"], number(0.0, low_open=True, note="a zero priority would never be drawn again"))
+        per = {key: float(value) for key, value in per.items()}
         size = as_integer(owner, "size", size)
         max_episode_len = as_integer(owner, "max_episode_len", max_episode_len)
         additional_goals = as_integer(owner, "additional_goals", additional_goals, NON_NEGATIVE_INT)

@@ -141,18 +141,29 @@ class HerReplayStorage:
         ``next_observations`` must be the true next observations: at an episode's end, the final
         observation, not the reset one that a vector env returns in its place.
         """
-        convert = self._convert
         truncated = _numpy(truncateds).astype(bool).reshape(self.num_envs)
-        obs = {key: convert(observations[key]) for key in self._keys}
-        next_obs = {key: convert(next_observations[key]) for key in self._keys}
+        obs = self._observation_dict("observations", observations)
+        next_obs = self._observation_dict("next_observations", next_observations)
         obs[_TRUNCATED_KEY] = next_obs[_TRUNCATED_KEY] = truncated
         try:  # with copy_info_dict, the reward function is first called here (once the info entries are known)
             self._engine.add(
-                obs, next_obs, convert(actions), convert(rewards), terminated=_numpy(terminateds).astype(bool),
+                obs, next_obs, self._convert(actions), self._convert(rewards), terminated=_numpy(terminateds).astype(bool),
                 truncated=truncated, infos=infos if infos is not None else {},
             )
         except ValueError as err:
             raise _in_rllte_words(err) from err
+
+    def _observation_dict(self, name: str, value: Any) -> dict[str, Any]:
+        """``value``'s entries of the observation space's keys, converted for the engine; a missing key is named (it
+        was a bare KeyError)."""
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{name} must be a dict of tensors with the keys {self._keys} (the observation space's), "
+                            f"got {type(value).__name__}")
+        missing = [key for key in self._keys if key not in value]
+        if missing:
+            raise ValueError(f"{name} lacks the key(s) {missing}: add() takes dicts with the observation space's keys "
+                             f"{self._keys}, each a tensor shaped (num_envs, ...); got the keys {list(value)}")
+        return {key: self._convert(value[key]) for key in self._keys}
 
     def sample(self, step: int | None = None) -> DictReplayBatch:
         """``batch_size`` transitions, a fraction k/(k+1) with hindsight goals. ``step`` (rllte

@@ -26,6 +26,7 @@ from gymnasium import spaces
 from herl.buffers import HerReplayBuffer, ReplayBuffer
 from herl.buffers.her import GOAL_KEYS, check_goal_space
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy
+from herl.errors import NON_NEGATIVE_INT, as_integer, integer
 
 __all__ = ["HER", "HERGoalEnvWrapper", "HindsightExperienceReplayWrapper", "GoalSelectionStrategy"]
 
@@ -96,7 +97,10 @@ class HindsightExperienceReplayWrapper:
                  *, seed: int | None = None) -> None:
         if not isinstance(wrapped_env, HERGoalEnvWrapper):
             raise TypeError("wrapped_env must be a HERGoalEnvWrapper: wrap the goal env with HERGoalEnvWrapper(env)")
-        size = replay_buffer.buffer_size * replay_buffer.n_envs if isinstance(replay_buffer, ReplayBuffer) else int(replay_buffer)
+        owner = "HindsightExperienceReplayWrapper"  # herl's rules, not int(): int(nan) named no argument
+        size = replay_buffer.buffer_size * replay_buffer.n_envs if isinstance(replay_buffer, ReplayBuffer) else \
+            as_integer(owner, "replay_buffer", replay_buffer, integer(1, note="a herl ReplayBuffer, or its capacity"))
+        n_sampled_goal = as_integer(owner, "n_sampled_goal", n_sampled_goal, NON_NEGATIVE_INT)
         self.env = wrapped_env
         self.n_sampled_goal = n_sampled_goal
         self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
@@ -267,7 +271,7 @@ class HER:
         if args:
             raise TypeError("pass the model's arguments by keyword (HER forwards **kwargs to model_class)")
         self.model_class = model_class
-        self.n_sampled_goal = n_sampled_goal
+        self.n_sampled_goal = n_sampled_goal = as_integer("HER", "n_sampled_goal", n_sampled_goal, NON_NEGATIVE_INT)
         self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
         kwargs, sb2_buffer_kwargs = sb2_kwargs(model_class, kwargs)
         buffer_kwargs = {"n_sampled_goal": n_sampled_goal,
@@ -367,14 +371,33 @@ class HER:
         return 2.0 * (np.asarray(actions, dtype=np.float64) - space.low) / (space.high - space.low) - 1.0
 
     def _as_dict(self, observation: Any) -> Any:
-        """Flat observations from HERGoalEnvWrapper are split back into the goal-env dict."""
+        """Flat observations from HERGoalEnvWrapper are split back into the goal-env dict; anything else that is not
+        a dict is refused with what was expected (it was a reshape error)."""
         if isinstance(observation, Mapping):
             return observation
+        if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], Mapping):
+            # SB2's loop, obs = env.reset(), on a gymnasium env: reset() returns (obs, info)
+            raise ValueError("predict got a tuple (observation, info), what a gymnasium env's reset() returns: unpack "
+                             "it first, obs, info = env.reset() (and obs, reward, terminated, truncated, info = "
+                             "env.step(action)); see docs/migrating.md, 'From Stable-Baselines (SB2)'")
         env = self.get_env()
         wrapper = _find_flat_wrapper(env) if env is not None else None
         if wrapper is None:
             wrapper = _FlatLayout(self.model.observation_space)
-        return wrapper.convert_obs_to_dict(observation)
+        sizes = [math.prod(shape) for shape in wrapper._shapes]
+        try:
+            array = np.asarray(observation)
+        except (ValueError, TypeError) as err:
+            array = None
+            problem = f"not an array ({err})"
+        else:
+            problem = f"shape {array.shape}" + ("" if array.dtype.kind in "biuf" else f" and dtype {array.dtype}")
+        if array is None or array.dtype.kind not in "biuf" or array.ndim not in (1, 2) or array.shape[-1] != sum(sizes):
+            parts = ", ".join(f"{key} ({size})" for key, size in zip(GOAL_KEYS, sizes))
+            raise ValueError(f"predict takes a dict observation with the keys {list(GOAL_KEYS)}, or a flat one of "
+                             f"{sum(sizes)} numbers as HERGoalEnvWrapper makes it ([{parts}]), or a batch of flat ones "
+                             f"shaped (batch, {sum(sizes)}); got {problem}")
+        return wrapper.convert_obs_to_dict(array)
 
     def get_parameter_list(self) -> list[torch.Tensor]:
         """Every parameter that defines the model (networks and normalizer statistics)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -23,15 +24,22 @@ def require_ray(what: str) -> Any:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None, cpus: int | None = None, *, what: str = "herl") -> Iterator[Any]:
+def ray_session(address: str | None = None, cpus: int | None = None, *, what: str = "herl",
+                workers: int = 0) -> Iterator[Any]:
     """Ray, connected for the duration of the block: the Ray already initialized in this process if any, else the
     cluster at ``address`` (``auto``, ``host:port`` or ``ray://host:port``), else a local Ray with ``cpus`` CPUs (all
-    the machine's by default). A Ray started here is shut down at the end."""
+    the machine's by default). A Ray started here is shut down at the end.
+
+    With ``workers``, Ray must have a CPU for each worker's actor: checked before a local Ray starts, and right after
+    joining a cluster, so that a refused command has started nothing and written nothing."""
     ray = require_ray(what)
     if ray.is_initialized():
+        check_worker_cpus(workers, ray.cluster_resources().get("CPU", 0))
         yield ray
         return
-    if address not in (None, "auto"):
+    if address is None:
+        check_worker_cpus(workers, local_cpus(cpus))
+    elif address != "auto":
         check_reachable(address)
     try:
         if address is None:
@@ -41,9 +49,30 @@ def ray_session(address: str | None = None, cpus: int | None = None, *, what: st
     except ConnectionError as err:
         raise CLIError(f"cannot connect to the Ray cluster at {address!r} ({err}): {_FIX}") from None
     try:
+        if address is not None:
+            check_worker_cpus(workers, ray.cluster_resources().get("CPU", 0))
         yield ray
     finally:
         ray.shutdown()
+
+
+def local_cpus(cpus: int | None = None) -> int:
+    """The CPUs of the local Ray that :func:`ray_session` starts: ``cpus``, or Ray's own count of this machine's
+    (which honours container limits)."""
+    if cpus is not None:
+        return cpus
+    try:
+        from ray._private.utils import get_num_cpus  # what ray.init(num_cpus=None) uses; private, hence the fallback
+        return int(get_num_cpus())
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_worker_cpus(workers: int, available: float) -> None:
+    """Refuse more workers than Ray has CPUs for their actors (Ray would wait for the missing ones forever)."""
+    if workers > available:
+        raise CLIError(f"{workers} workers need {workers} CPUs for their actors, and Ray has {available:g}: use "
+                       "fewer workers, or give Ray more CPUs (--cpus, or a cluster with --address)")
 
 
 _FIX = ("start one with `ray start --head` on its head node and pass the address it prints (--address HOST:PORT, or "

@@ -9,14 +9,20 @@ The sweep folder::
 
     SWEEP_DIR/
       sweep.json     what the sweep runs: env, preset, algorithm, settings, seeds or search space, metric
-      runs/          one run folder per trial: seed_<S>/ (seeds) or trial_<id>/ (search)
-      tune/          Ray Tune's experiment state (what `herl sweep --resume` restores)
+      trials.json    herl's record of the trials: run folder, settings, seed, status, the step each resumed from
+      runs/          one run folder per trial: seed_<S>/ (seeds) or trial_<N>/ (search)
+      tune/          Ray Tune's working files, a folder per session; written for Tune, never read by herl
       summary.csv    one row per trial, sorted by the metric (also printed)
       best.toml      the best trial's settings as a preset: herl train --config SWEEP_DIR/best.toml
 
 Fault tolerance is herl's resume under Tune's retries: a trial whose process dies is started again by Tune
 (``FailureConfig(max_failures)``), finds its run folder and continues it from its last checkpoint. On a cluster of
 several machines, the sweep folder must be on a filesystem every node sees.
+
+``herl sweep --resume`` reads JSON only (sweep.json, trials.json, the run folders' config.json and progress.csv)
+and the run folders' checkpoints (herl's zips of JSON and safetensors): it never calls Tune's ``Tuner.restore``,
+which unpickles the files in ``tune/`` (a crafted pickle runs code). It starts a new Tuner whose trials are the
+unfinished ones (:mod:`herl.distributed.tuner`).
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ import csv
 import dataclasses
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from herl.distributed.cluster import ray_session
+from herl.io.atomic import atomic_file
 from herl.run.checkpoint import atomic_write_text, latest_checkpoint
 from herl.run.config import build_config, check_key, parse_value
 from herl.run.errors import CLIError
@@ -38,6 +46,13 @@ from herl.run.presets import format_preset
 
 SPEC_FILE = "sweep.json"
 SPEC_VERSION = 1
+STATE_FILE = "trials.json"
+STATE_VERSION = 1
+RUN_KEY = "_herl_run"
+"""The key of a search trial's Tune config that names its run folder (herl's name, kept across sessions)."""
+STATUSES = ("pending", "running", "done", "stopped early", "error")
+FINISHED = ("done", "stopped early")
+"""Trials a resumed sweep keeps; the others (pending, running, error) it runs again, from their checkpoints."""
 REPORTED = ("eval/success_rate", "eval/mean_reward", "eval/mean_ep_length")
 """What a trial reports to Tune at each evaluation (the metrics a sweep can rank by)."""
 DISTRIBUTIONS = {
@@ -65,6 +80,13 @@ class SearchParam:
         return {"uniform": lambda: tune.uniform(low, high), "loguniform": lambda: tune.loguniform(low, high),
                 "int": lambda: tune.randint(low, high + 1), "logint": lambda: tune.lograndint(low, high + 1)}[
             self.distribution]()
+
+    def contains(self, value: Any) -> bool:
+        """Whether ``value`` is one this distribution draws (to check a value read back from trials.json)."""
+        if self.distribution == "choice":
+            return any(type(value) is type(a) and value == a for a in self.args)
+        want = int if self.distribution in ("int", "logint") else (int, float)
+        return isinstance(value, want) and not isinstance(value, bool) and self.args[0] <= value <= self.args[1]
 
     def text(self) -> str:
         sep = "," if self.distribution == "choice" else ":"
@@ -193,8 +215,9 @@ def run_trial(params: dict[str, Any], *, spec: SweepSpec, runs_dir: str) -> None
     from ray import tune
 
     params = dict(params)
+    name = trial_name(params, spec)
+    params.pop(RUN_KEY, None)
     seed = params.pop("seed", spec.seeds[0])
-    name = f"seed_{seed}" if not spec.search else f"trial_{tune.get_context().get_trial_id()}"
     run_dir = Path(runs_dir) / name
     from herl.run.train import CONFIG_FILE, resume_run, start_run
 
@@ -203,46 +226,195 @@ def run_trial(params: dict[str, Any], *, spec: SweepSpec, runs_dir: str) -> None
         resumed_from = last.step if last else 0
         print(f"herl sweep: {run_dir} resumes from step {resumed_from:,}", flush=True)
 
+        reported = []
+
         def report(metrics: dict[str, float]) -> None:
+            reported.append(metrics)
             tune.report({**metrics, "resumed_from_step": resumed_from})
 
         resume_run(run_dir, progress="off", on_eval=report)
+        ended = {} if reported else _last_evaluation(run_dir)
+        if ended:  # it had finished (the sweep was stopped before it heard): report how it ended
+            tune.report({**ended, "resumed_from_step": resumed_from})
     else:
         start_run(spec.trial_config(params, seed), run_dir, progress="off",
                   on_eval=lambda metrics: tune.report({**metrics, "resumed_from_step": 0}))
 
 
-def _trainable(spec: SweepSpec, sweep_dir: Path) -> Any:
-    from ray import tune
+def _last_evaluation(run_dir: Path) -> dict[str, float]:
+    """The last evaluation in a run folder's progress.csv, as its trial reported it."""
+    from herl.run.plot import read_progress
 
-    config = spec.trial_config({p.key: p.args[0] for p in spec.search}, spec.seeds[0])
-    function = tune.with_parameters(run_trial, spec=spec, runs_dir=str(sweep_dir / "runs"))
-    return tune.with_resources(function, {"cpu": config.threads})
+    for row in reversed(read_progress(run_dir / "progress.csv")):
+        try:
+            metrics = {key: float(row[key]) for key in ("time/total_timesteps", *REPORTED) if row.get(key)}
+        except ValueError:
+            continue
+        if "eval/mean_reward" in metrics:
+            return metrics
+    return {}
 
 
-def _tuner(spec: SweepSpec, sweep_dir: Path) -> Any:
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search.optuna import OptunaSearch
+def trial_name(config: dict[str, Any], spec: SweepSpec) -> str:
+    """The run folder (under ``runs/``) of the trial with this Tune config."""
+    return str(config[RUN_KEY]) if RUN_KEY in config else f"seed_{config.get('seed', spec.seeds[0])}"
 
-    timesteps = spec.trial_config({p.key: p.args[0] for p in spec.search}, spec.seeds[0]).timesteps
-    if spec.search:
-        space: dict[str, Any] = {p.key: p.tune_domain(tune) for p in spec.search}
-        searcher = OptunaSearch(seed=spec.seeds[0])
-        scheduler = ASHAScheduler(time_attr="time/total_timesteps", max_t=timesteps, grace_period=max(timesteps // 4, 1),
-                                  reduction_factor=3) if spec.scheduler == "asha" else None
-        tune_config = tune.TuneConfig(metric=spec.metric, mode=spec.mode, search_alg=searcher, scheduler=scheduler,
-                                      num_samples=spec.trials)
+
+@dataclass
+class TrialRecord:
+    """One trial in ``trials.json``."""
+
+    run: str
+    """Its run folder's name under ``runs/``: ``seed_<S>`` or ``trial_<N>``."""
+    seed: int
+    params: dict[str, Any]
+    """The searched settings (empty for a seed sweep)."""
+    status: str = "pending"
+    """pending (not started), running, done, stopped early (by ASHA), error (after its --max-failures retries)."""
+    resumed_from: int = 0
+    """The checkpoint step its run folder last resumed from (0: trained from the start)."""
+
+
+@dataclass
+class SweepState:
+    """``trials.json``: herl's own record of a sweep's trials, from which ``herl sweep --resume`` rebuilds what
+    Tune's pickled experiment state would hold. Written by the driver (:class:`herl.distributed.tuner.Recorder`)."""
+
+    path: Path
+    trials: list[TrialRecord]
+
+    @classmethod
+    def start(cls, spec: SweepSpec, sweep_dir: Path) -> SweepState:
+        """A new sweep's record: the seeds of a seed sweep, all pending; no trial yet for a search."""
+        trials = [] if spec.search else [TrialRecord(run=f"seed_{seed}", seed=seed, params={}) for seed in spec.seeds]
+        return cls(Path(sweep_dir) / STATE_FILE, trials)
+
+    @classmethod
+    def read(cls, spec: SweepSpec, sweep_dir: Path) -> SweepState:
+        """The record in ``sweep_dir``, checked against ``spec`` (JSON only: nothing in it is executed)."""
+        sweep_dir = Path(sweep_dir)
+        path = sweep_dir / STATE_FILE
+        if not path.exists():
+            return cls._without_record(spec, sweep_dir)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+                raise ValueError(f"version {data.get('version') if isinstance(data, dict) else None!r}, this herl "
+                                 f"reads {STATE_VERSION}")
+            trials = [_record_from_json(item, spec) for item in data["trials"]]
+            names = [t.run for t in trials]
+            if len(set(names)) != len(names):
+                raise ValueError("a run folder is named twice")
+            for trial in trials:
+                if trial.status not in FINISHED:
+                    spec.trial_config(trial.params, trial.seed)  # settings a trial will train with: checked now
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, UnicodeDecodeError, CLIError) as err:
+            raise CLIError(f"{path} is damaged ({type(err).__name__}: {err}); it is the sweep's record of its trials, "
+                           "written by herl sweep: restore it, or start the sweep again in another --sweep-dir"
+                           ) from None
+        return cls(path, trials)
+
+    @classmethod
+    def _without_record(cls, spec: SweepSpec, sweep_dir: Path) -> SweepState:
+        """A sweep without trials.json: stopped before it wrote one, or begun by an older herl, which kept the trials
+        in Ray Tune's pickled files only. A seed sweep's trials are known from its spec and run folders; a search's
+        settings are not, and herl does not read Tune's pickles."""
+        state = cls.start(spec, sweep_dir)
+        timesteps = spec.trial_config({p.key: p.args[0] for p in spec.search}, spec.seeds[0]).timesteps
+        for trial in state.trials:
+            if run_finished(sweep_dir / "runs" / trial.run, timesteps):
+                trial.status = "done"
+        searched = sorted(p.name for p in (sweep_dir / "runs").glob("trial_*")) if spec.search else []
+        if searched:
+            raise CLIError(f"{sweep_dir} has no {STATE_FILE}, herl's record of a search's trials (a sweep begun by an "
+                           "older herl kept them in Ray Tune's pickle files, which herl does not read: loading one can "
+                           f"run code): continue its runs one by one with `herl train --resume {sweep_dir / 'runs'}`, "
+                           "or start the search again in another --sweep-dir")
+        return state
+
+    def save(self) -> None:
+        data = {"version": STATE_VERSION, "trials": [dataclasses.asdict(t) for t in self.trials]}
+        atomic_write_text(self.path, json.dumps(data, indent=1))
+
+    def find(self, run: str) -> TrialRecord | None:
+        return next((t for t in self.trials if t.run == run), None)
+
+    def unfinished(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.status not in FINISHED]
+
+    def finished(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.status in FINISHED]
+
+    def next_index(self, runs_dir: Path) -> int:
+        """The number of the next search trial's folder: after every ``trial_<N>`` recorded or on disk."""
+        names = [t.run for t in self.trials] + [p.name for p in Path(runs_dir).glob("trial_*")]
+        numbers = [int(n[6:]) for n in names if _TRIAL_NAME.fullmatch(n)]
+        return max(numbers, default=-1) + 1
+
+
+_TRIAL_NAME = re.compile(r"trial_\d{1,9}")
+_SEED_NAME = re.compile(r"seed_\d{1,9}")
+
+
+def _record_from_json(item: Any, spec: SweepSpec) -> TrialRecord:
+    fields = {f.name for f in dataclasses.fields(TrialRecord)}
+    if not isinstance(item, dict) or set(item) != fields:
+        raise ValueError(f"a trial must have the fields {sorted(fields)}, got {item!r:.200}")
+    record = TrialRecord(**item)
+    if not isinstance(record.seed, int) or isinstance(record.seed, bool) or record.seed not in spec.seeds:
+        raise ValueError(f"trial {record.run!r:.50}: seed {record.seed!r:.50} is not one of the sweep's {spec.seeds}")
+    if spec.search:  # the folder's name is checked, so that it stays in runs/
+        good_name = isinstance(record.run, str) and bool(_TRIAL_NAME.fullmatch(record.run))
     else:
-        space = {"seed": tune.grid_search(spec.seeds)}
-        tune_config = tune.TuneConfig(metric=spec.metric, mode=spec.mode)
-    run_config = tune.RunConfig(name="tune", storage_path=str(sweep_dir.resolve()), verbose=1,
-                                failure_config=tune.FailureConfig(max_failures=spec.max_failures))
-    return tune.Tuner(_trainable(spec, sweep_dir), param_space=space, tune_config=tune_config, run_config=run_config)
+        good_name = record.run == f"seed_{record.seed}" and bool(_SEED_NAME.fullmatch(record.run))
+    if not good_name:
+        raise ValueError(f"run {record.run!r:.50} is not a trial folder name (trial_<N> or seed_<S>)")
+    keys = {p.key for p in spec.search}
+    if not isinstance(record.params, dict) or set(record.params) != keys:
+        raise ValueError(f"trial {record.run}: its settings must be {sorted(keys)}, got {record.params!r:.200}")
+    for param in spec.search:
+        if not param.contains(record.params[param.key]):
+            raise ValueError(f"trial {record.run}: {param.key}={record.params[param.key]!r:.50} is outside "
+                             f"{param.text()}")
+    if record.status not in STATUSES:
+        raise ValueError(f"trial {record.run}: status {record.status!r:.50} is not one of {list(STATUSES)}")
+    if not isinstance(record.resumed_from, int) or isinstance(record.resumed_from, bool) or record.resumed_from < 0:
+        raise ValueError(f"trial {record.run}: resumed_from must be a whole number >= 0")
+    return record
+
+
+def run_finished(run_dir: Path, timesteps: int) -> bool:
+    """Whether the run folder finished its ``timesteps`` (its summary.json says so)."""
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+        return isinstance(summary, dict) and int(summary.get("steps", 0)) >= timesteps
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def eval_curve(run_dir: Path, metric: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of each evaluation in a run folder's progress.csv (what its trial reported to Tune)."""
+    from herl.run.plot import read_progress
+
+    curve = []
+    try:
+        rows = read_progress(Path(run_dir) / "progress.csv")
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
+    for row in rows:
+        try:
+            step, value = int(float(row.get("time/total_timesteps") or "")), float(row.get(metric) or "")
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            curve.append((step, value))
+    return curve
 
 
 def run_sweep(spec: SweepSpec, sweep_dir: Path, *, address: str | None = None, cpus: int | None = None) -> SweepResult:
     """Run ``spec`` in ``sweep_dir`` (created; it must not hold a sweep already) on Ray, and summarize it."""
+    from herl.distributed import tuner
+
     sweep_dir = Path(sweep_dir).resolve()
     existing = sweep_dir / SPEC_FILE
     if existing.exists():
@@ -252,30 +424,38 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, address: str | None = None, c
                        "choose another --sweep-dir")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(existing, json.dumps(spec.to_json(), indent=1))
+    state = SweepState.start(spec, sweep_dir)
+    state.save()
     with ray_session(address, cpus, what="herl sweep"):
-        results = _tuner(spec, sweep_dir).fit()
-    return summarize(spec, sweep_dir, results)
+        tuner.fit(spec, sweep_dir, state)
+    return summarize(spec, sweep_dir, state)
 
 
 def resume_sweep(sweep_dir: Path, *, env: str | None = None, preset: str | None = None, address: str | None = None,
                  cpus: int | None = None) -> SweepResult:
-    """Continue the sweep in ``sweep_dir``: finished trials are kept, the others resume from their checkpoints."""
-    from ray import tune
-
+    """Continue the sweep in ``sweep_dir``: finished trials are kept, the others resume from their checkpoints, and a
+    search draws the samples it has not drawn yet. Reads herl's JSON record (never Tune's pickled state)."""
     sweep_dir = Path(sweep_dir).resolve()
     spec = read_spec(sweep_dir)
     if env is not None and env != spec.env or preset is not None and preset != spec.preset:
         asked = ", ".join(f"{k} {v}" for k, v in (("env", env), ("preset", preset)) if v is not None)
         raise CLIError(f"{sweep_dir} is a sweep of {spec.env} ({_preset_name(spec)}), not of {asked}: resume it "
                        "without --env/--preset, or start a new sweep in another --sweep-dir")
-    state = sweep_dir / "tune"
-    with ray_session(address, cpus, what="herl sweep"):
-        if not tune.Tuner.can_restore(str(state)):  # killed before Tune wrote its state: start it again
-            results = _tuner(spec, sweep_dir).fit()
-        else:
-            results = tune.Tuner.restore(str(state), trainable=_trainable(spec, sweep_dir), resume_unfinished=True,
-                                         resume_errored=True).fit()
-    return summarize(spec, sweep_dir, results)
+    state = SweepState.read(spec, sweep_dir)
+    from herl.run.train import CONFIG_FILE, read_config
+
+    for trial in state.unfinished():  # a run folder resumes with its own config.json: it must be this sweep's
+        run_dir = sweep_dir / "runs" / trial.run
+        if (run_dir / CONFIG_FILE).exists() and read_config(run_dir).env != spec.env:
+            raise CLIError(f"{run_dir} trains the env {read_config(run_dir).env!r}, not the sweep's {spec.env!r}: it "
+                           "is not this sweep's run folder; move it away to train that trial again from the start")
+    if state.unfinished() or spec.search and len(state.trials) < spec.trials:
+        from herl.distributed import tuner
+
+        state.save()
+        with ray_session(address, cpus, what="herl sweep"):
+            tuner.fit(spec, sweep_dir, state)
+    return summarize(spec, sweep_dir, state)
 
 
 def read_spec(sweep_dir: Path) -> SweepSpec:
@@ -295,30 +475,26 @@ def _preset_name(spec: SweepSpec) -> str:
     return f"preset {spec.preset}" if spec.preset else "no preset"
 
 
-def summarize(spec: SweepSpec, sweep_dir: Path, results: Any) -> SweepResult:
-    """``summary.csv`` and ``best.toml`` from Tune's results; the rows, best first."""
+def summarize(spec: SweepSpec, sweep_dir: Path, state: SweepState) -> SweepResult:
+    """``summary.csv`` and ``best.toml`` from herl's record of the trials and their run folders' evaluations (each
+    trial's progress.csv holds what it reported to Tune); the rows, best first."""
     keys = [p.key for p in spec.search]
     sign = 1 if spec.mode == "max" else -1
-    timesteps = spec.trial_config({p.key: p.args[0] for p in spec.search}, spec.seeds[0]).timesteps
     trials = []
-    for result in results:
-        frame = result.metrics_dataframe
-        curve = frame[spec.metric].dropna().tolist() if frame is not None and spec.metric in frame else []
-        metrics = result.metrics or {}
-        steps = int(metrics.get("time/total_timesteps", 0))
-        status = "error" if result.error else "done" if steps >= timesteps else "stopped early"
-        params = {k: v for k, v in (result.config or {}).items() if k != "seed"}
-        seed = (result.config or {}).get("seed", spec.seeds[0])
-        name = f"seed_{seed}" if not spec.search else f"trial_{metrics.get('trial_id', '?')}"
-        trials.append({"run": f"runs/{name}", "seed": seed, "params": params, "final": curve[-1] if curve else None,
-                       "best": (max if sign > 0 else min)(curve) if curve else None, "steps": steps, "status": status,
-                       "resumed": int(metrics.get("resumed_from_step") or 0)})
+    for record in state.trials:
+        curve = eval_curve(sweep_dir / "runs" / record.run, spec.metric)
+        values = [value for _, value in curve]
+        status = record.status if record.status in (*FINISHED, "error") else "unfinished"
+        trials.append({"run": f"runs/{record.run}", "seed": record.seed, "params": record.params,
+                       "final": values[-1] if values else None, "best": (max if sign > 0 else min)(values) if values
+                       else None, "steps": curve[-1][0] if curve else 0, "status": status,
+                       "resumed": record.resumed_from})
     trials.sort(key=lambda t: (t["final"] is None, -sign * (t["final"] or 0.0), -sign * (t["best"] or 0.0)))
     headers = ["run", "seed", *keys, f"final {spec.metric}", f"best {spec.metric}", "steps", "status",
                "resumed from step"]
     rows = [[t["run"], t["seed"], *(_short(t["params"].get(k)) for k in keys), _short(t["final"]), _short(t["best"]),
              f"{t['steps']:,}", t["status"], f"{t['resumed']:,}" if t["resumed"] else "-"] for t in trials]
-    with open(sweep_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
+    with atomic_file(sweep_dir / "summary.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(headers)
         writer.writerows([[t["run"], t["seed"], *(t["params"].get(k) for k in keys), t["final"], t["best"], t["steps"],
@@ -336,6 +512,8 @@ def summarize(spec: SweepSpec, sweep_dir: Path, results: Any) -> SweepResult:
         atomic_write_text(sweep_dir / "best.toml", text)
         notes.append(f"best settings: herl train --config {sweep_dir / 'best.toml'}")
     notes.append(f"curves: herl plot {sweep_dir / 'runs'}")
+    if any(t["status"] == "unfinished" for t in trials):
+        notes.append(f"unfinished trials: continue them with herl sweep --resume {sweep_dir}")
     return SweepResult(headers, rows, notes)
 
 

@@ -17,10 +17,15 @@ episodes to the learner, which stores them in its (HER) replay buffer and keeps 
   index, with the learner's newest weights.
 - Episodes are added to the buffer step by step through its ``add`` (the path the single-process loop uses), one
   whole episode at a time, so HER's episode bookkeeping is the same as with one env.
+- An actor whose process dies (a crash in the env, the OOM killer, a lost node) is restarted by Ray, up to
+  :data:`ACTOR_RESTARTS` times each; the episode it was playing never arrives, so nothing of it is stored, and it is
+  counted (``workers/lost_episodes``). Evaluation tasks are retried on the restarted actor (the same weights and seed
+  play the same episodes). Past its restarts, :class:`~herl.run.errors.WorkersLost` stops the run.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,11 +37,16 @@ import torch
 
 from herl.distributed.cluster import ray_session
 from herl.errors import NonFiniteError
-from herl.run.errors import CLIError
+from herl.run.errors import CLIError, WorkersLost
 from herl.training import loop
 
 # The networks an algorithm acts with (``_act``): the rest (critics, targets) never leaves the learner.
 ACTING_NETS = ("encoder", "actor", "q_net")
+ACTOR_RESTARTS = 3
+"""Times Ray starts a worker's actor again after its process died, before the run stops (Ray's ``max_restarts``)."""
+RESTART_WAIT = 300.0
+"""Seconds an actor may take to come back after its death (a cluster with no CPU left for it would keep it waiting
+forever) before the run stops."""
 
 
 class Episode(NamedTuple):
@@ -78,27 +88,37 @@ class Collector:
     """A Ray actor: one env and an acting copy of the model; plays whole episodes on request."""
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any], spec: dict[str, Any], seed: int) -> None:
-        from herl.algorithms import ALGORITHMS
-        from herl.io.spaces import space_from_json
         from herl.run.envs import make_env
-        from herl.training.noise import noise_from_json
 
         torch.set_num_threads(1)  # one core per actor: acting is a small forward pass
-        self.env_id, self.env_kwargs = env_id, env_kwargs
+        self.env_id, self.env_kwargs, self.spec = env_id, env_kwargs, spec
         self.env = make_env(env_id, env_kwargs, training=True)
         self.eval_env: Any = None
+        self.dict_obs = isinstance(self.env.observation_space, gym.spaces.Dict)
+        self._seed(seed)
+
+    def _seed(self, seed: int) -> None:
+        """A fresh acting model whose exploration, and the env's next reset, follow ``seed``."""
+        from herl.algorithms import ALGORITHMS
+        from herl.io.spaces import space_from_json
+        from herl.training.noise import noise_from_json
+
+        spec = self.spec
         self.model = ALGORITHMS[spec["algorithm"]](
             spec["policy"], None, observation_space=space_from_json(spec["observation_space"]),
             action_space=space_from_json(spec["action_space"]), policy_kwargs=spec["policy_kwargs"],
             action_noise=noise_from_json(spec["action_noise"]), seed=seed, device="cpu", **spec["config"])
         self.reset_seed: int | None = seed
         self.version = -1
-        self.dict_obs = isinstance(self.env.observation_space, gym.spaces.Dict)
 
     def episode(self, weights: dict[str, dict[str, np.ndarray]], version: int, num_timesteps: int,
-                total_timesteps: int) -> Episode:
-        """Play one episode with the given weights, exploring as the learner at ``num_timesteps`` would."""
+                total_timesteps: int, seed: int | None = None) -> Episode:
+        """Play one episode with the given weights, exploring as the learner at ``num_timesteps`` would; with
+        ``seed``, from a fresh seed (the learner sends one to an actor Ray restarted, which would otherwise replay
+        the episodes of its first life)."""
         start = time.perf_counter()
+        if seed is not None:
+            self._seed(seed)
         model = self.model
         self._load(weights, version)
         model.num_timesteps, model._total_timesteps = num_timesteps, total_timesteps
@@ -117,6 +137,10 @@ class Collector:
         return Episode(self._stack(observations), self._stack(next_observations), np.stack(actions),
                        np.asarray(rewards, dtype=np.float32), np.asarray(terminated), np.asarray(truncated),
                        list(infos), time.perf_counter() - start)
+
+    def ready(self) -> bool:
+        """Answers once the actor is up (the learner's probe after Ray restarted it)."""
+        return True
 
     def evaluate(self, weights: dict[str, dict[str, np.ndarray]], version: int, n_episodes: int, deterministic: bool,
                  seed: int) -> tuple[list[float], list[int], list[bool]]:
@@ -178,6 +202,10 @@ class WorkerStats:
     """The learner's time putting the acting weights into the object store."""
     wait_seconds: float = 0.0
     """The learner's time waiting for an episode with no update due (collection was the bottleneck)."""
+    actor_deaths: int = 0
+    """Times an actor's process died (or could not be reached) and Ray restarted it."""
+    lost_episodes: int = 0
+    """Episodes that never arrived because their actor died while playing them (none of them was stored)."""
 
 
 def evaluation_shares(n_episodes: int, n_actors: int, seed: int) -> list[tuple[int, int]]:
@@ -228,11 +256,7 @@ def learn(model: Any, total_timesteps: int, *, env_id: str, env_kwargs: dict[str
         raise ValueError(f"workers must be >= 1 here (0 is model.learn), got {workers}")
     if model.n_envs != 1:
         raise CLIError(f"with workers, each actor steps one env: set n_envs=1 (got {model.n_envs}) and raise workers")
-    with ray_session(address, cpus, what="training with workers") as ray:
-        available = ray.cluster_resources().get("CPU", 0)
-        if available < workers:
-            raise CLIError(f"{workers} workers need {workers} CPUs for their actors, and Ray has {available:g}: use "
-                           f"fewer workers, or give Ray more CPUs (--cpus, or a cluster with --address)")
+    with ray_session(address, cpus, what="training with workers", workers=workers) as ray:
         return _learn(ray, model, total_timesteps, env_id=env_id, env_kwargs=dict(env_kwargs or {}), workers=workers,
                       broadcast_every=broadcast_every, callback=callback, log_interval=log_interval,
                       reset_num_timesteps=reset_num_timesteps, stats=stats if stats is not None else WorkerStats(),
@@ -248,13 +272,20 @@ def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwarg
                                         tb_log_name=type(model).__name__, reset_num_timesteps=reset_num_timesteps)
     total = state["total_timesteps"]
     seeds = np.random.SeedSequence([model.seed or 0, model.num_timesteps]).generate_state(workers)
-    remote = ray.remote(num_cpus=1)(Collector)
+    # max_task_retries=0: an episode whose actor died is dropped, never played again from its start by Ray behind
+    # the learner's back (it is counted instead); evaluations are retried per call (see evaluate below).
+    remote = ray.remote(num_cpus=1, max_restarts=ACTOR_RESTARTS, max_task_retries=0)(Collector)
     spec = acting_spec(model)
     actors = [remote.remote(env_id, env_kwargs, spec, int(seed)) for seed in seeds]
+    deaths = ActorDeaths(model, workers, stats)
     budget = UpdateBudget(model)
     version, weights = 0, ray.put(acting_weights(model))
     last_broadcast = model._n_updates
-    pending = {actor.episode.remote(weights, version, model.num_timesteps, total): actor for actor in actors}
+
+    def request(index: int, seed: int | None = None) -> Any:
+        return actors[index].episode.remote(weights, version, model.num_timesteps, total, seed)
+
+    pending = {request(index): (index, False) for index in range(workers)}  # ref -> (actor, whether a probe)
 
     def evaluate(n_episodes: int, deterministic: bool, seed: int) -> tuple[list[float], list[int], list[bool]]:
         nonlocal version, weights, last_broadcast
@@ -262,8 +293,14 @@ def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwarg
             version, weights = version + 1, ray.put(acting_weights(model))
             last_broadcast = model._n_updates
         shares = evaluation_shares(n_episodes, len(actors), seed)
-        parts = ray.get([actor.evaluate.remote(weights, version, n, deterministic, s)
-                         for actor, (n, s) in zip(actors, shares)])
+        # Retried on an actor Ray restarted: the same weights and seed play the same episodes, so a retry is safe.
+        tasks = [actor.evaluate.options(max_task_retries=ACTOR_RESTARTS).remote(weights, version, n, deterministic, s)
+                 for actor, (n, s) in zip(actors, shares)]
+        try:
+            parts = ray.get(tasks)
+        except ray.exceptions.RayActorError as err:
+            raise WorkersLost(f"a worker (a Ray actor) died during an evaluation at env step {model.num_timesteps:,} "
+                              f"and Ray could not start it again ({_cause(err)})") from None
         return tuple([x for part in parts for x in part[i]] for i in range(3))  # type: ignore[return-value]
 
     if eval_hook is not None:
@@ -277,13 +314,28 @@ def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwarg
             if due > 0:
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
             else:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=10.0 if deaths.restarting else None)
                 stats.wait_seconds += time.perf_counter() - tic
+            deaths.check_restarts()
             go_on = True
             for ref in ready:
-                actor = pending.pop(ref)
+                index, probe = pending.pop(ref)
                 tic = time.perf_counter()
-                episode = ray.get(ref)
+                try:
+                    episode = ray.get(ref)
+                except ray.exceptions.RayActorError as err:
+                    if probe:  # Ray gave up on it: its restarts are spent, or it cannot be started again
+                        raise deaths.gone(index, err) from None
+                    deaths.died(index, err)  # its process died: Ray starts it again (WorkersLost past its restarts)
+                    # Ask when it is back: a request sent while Ray restarts it would fail too. The probe is retried
+                    # through the restart, and fails only once Ray gives the actor up.
+                    pending[actors[index].ready.options(max_task_retries=-1).remote()] = (index, True)
+                    continue
+                if probe:  # back: its next episode from a fresh seed
+                    deaths.restarting.pop(index, None)
+                    if model.num_timesteps < total:
+                        pending[request(index, deaths.seed(index))] = (index, False)
+                    continue
                 stats.transfer_seconds += time.perf_counter() - tic
                 if model.num_timesteps >= total:
                     continue
@@ -291,7 +343,7 @@ def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwarg
                 state.update(episode=episode)
                 go_on = callback.on_step() and go_on
                 if model.num_timesteps < total:
-                    pending[actor.episode.remote(weights, version, model.num_timesteps, total)] = actor
+                    pending[request(index)] = (index, False)
             model._current_progress_remaining = 1.0 - model.num_timesteps / max(total, 1)
             callback.on_rollout_end()
             if not go_on:
@@ -317,6 +369,55 @@ def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwarg
     return model
 
 
+class ActorDeaths:
+    """The deaths of the actors' processes. Each drops the episode its actor was playing (it never arrives, so none
+    of it is stored) and is counted; the actor's next episode starts from a fresh seed; once Ray gives an actor up
+    (after :data:`ACTOR_RESTARTS` restarts), :meth:`gone` says so."""
+
+    def __init__(self, model: Any, workers: int, stats: WorkerStats) -> None:
+        self.model, self.workers, self.stats = model, workers, stats
+        self.counts = [0] * workers
+        self.restarting: dict[int, float] = {}
+        """The actors Ray is starting again, and since when."""
+
+    def died(self, index: int, err: Exception) -> None:
+        """Count the death of actor ``index`` (``err``: Ray's error for the episode it was playing); past its
+        restarts, :class:`WorkersLost`."""
+        self.counts[index] += 1
+        if self.counts[index] > ACTOR_RESTARTS:
+            raise self.gone(index, err)
+        self.stats.actor_deaths += 1
+        self.stats.lost_episodes += 1
+        self.restarting[index] = time.monotonic()
+        print(f"herl: note: worker {index}'s actor died at env step {self.model.num_timesteps:,} ({_cause(err)}); Ray "
+              f"starts it again ({ACTOR_RESTARTS} times at most); the episode it was playing is dropped, none of it "
+              f"stored ({self.stats.lost_episodes} so far)", file=sys.stderr, flush=True)
+
+    def seed(self, index: int) -> int:
+        """A fresh seed for actor ``index``, back after a restart (its constructor's would replay its first life)."""
+        entropy = [self.model.seed or 0, self.model.num_timesteps, index, self.counts[index]]
+        return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+    def check_restarts(self) -> None:
+        """:class:`WorkersLost` if an actor has not come back within :data:`RESTART_WAIT` seconds."""
+        for index, since in self.restarting.items():
+            if time.monotonic() - since > RESTART_WAIT:
+                raise WorkersLost(f"worker {index} of {self.workers} (a Ray actor) died and Ray has not started it "
+                                  f"again within {RESTART_WAIT:.0f} s: its cluster may have no CPU left for it "
+                                  "(`ray status` shows the resources)")
+
+    def gone(self, index: int, err: Exception) -> WorkersLost:
+        return WorkersLost(f"worker {index} of {self.workers} (a Ray actor) died {self.counts[index]} times, and Ray "
+                           f"starts an actor again {ACTOR_RESTARTS} times at most (last: {_cause(err)})")
+
+
+def _cause(err: Exception) -> str:
+    """Ray's error in one line: its type and first sentence (the rest is Ray's advice on OOM killers and logs)."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "").split(". ")[0].rstrip(".")
+    first = first if len(first) <= 200 else first[:197] + "..."
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
 def _store(model: Any, episode: Episode, budget: UpdateBudget, log_interval: int | None,
            start: tuple[int, float], stats: WorkerStats) -> None:
     tic = time.perf_counter()
@@ -326,6 +427,8 @@ def _store(model: Any, episode: Episode, budget: UpdateBudget, log_interval: int
         raise NonFiniteError(f"training stopped at env step {model.num_timesteps}: {err}") from None
     model.num_timesteps += len(episode)
     budget.episode_stored(model.num_timesteps)
+    if stats.lost_episodes:  # logged once there is something to say (a run without losses keeps its columns)
+        model.logger.record("workers/lost_episodes", stats.lost_episodes)
     loop.end_episode(model, float(episode.rewards.sum()), len(episode), episode.infos[-1], log_interval, start)
     stats.episodes, stats.steps = stats.episodes + 1, stats.steps + len(episode)
     stats.actor_seconds += episode.seconds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 
 from herl.export.graph import PolicyGraph, example_inputs, input_specs, sample_observations
+from herl.io.atomic import atomic_write
 
 OUTPUT_NAME = "action"
 ONNX_OPSET = 17
@@ -32,9 +34,12 @@ def export_onnx(model: Any, path: str | os.PathLike, *, opset: int = ONNX_OPSET)
         # torch >= 2.9 prefers its dynamo exporter (which needs onnxscript); the TorchScript-based one exports
         # these small MLPs exactly and needs nothing beyond torch
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
-        torch.onnx.export(graph, example_inputs(model), str(path), input_names=names, output_names=[OUTPUT_NAME],
+        # into memory, then to disk through herl's atomic write: a failure (a full disk) leaves a file already at
+        # ``path`` as it was
+        graph_bytes = io.BytesIO()
+        torch.onnx.export(graph, example_inputs(model), graph_bytes, input_names=names, output_names=[OUTPUT_NAME],
                           dynamic_axes=dynamic, opset_version=opset, dynamo=False)
-    return path
+    return atomic_write(path, graph_bytes.getvalue())
 
 
 def export_torchscript(model: Any, path: str | os.PathLike) -> Path:
@@ -44,16 +49,20 @@ def export_torchscript(model: Any, path: str | os.PathLike) -> Path:
     with _export_mode(model), warnings.catch_warnings():
         warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning))
         traced = torch.jit.trace(PolicyGraph(model).eval(), example_inputs(model), check_trace=False)
-        # weights as constants: a deployed policy computes no gradients
-        torch.jit.save(torch.jit.freeze(traced), str(path))
-    return path
+        # weights as constants: a deployed policy computes no gradients. Saved into memory, not to the path: torch's
+        # own file writer aborts the process when the disk fills (its error escapes a C++ destructor)
+        module_bytes = io.BytesIO()
+        torch.jit.save(torch.jit.freeze(traced), module_bytes)
+    return atomic_write(path, module_bytes.getvalue())
 
 
 def check_onnx(model: Any, path: str | os.PathLike, *, n_observations: int = 1000, seed: int = 0,
                atol: float = 1e-5) -> float:
     """Compare onnxruntime's actions for the ONNX file at ``path`` with ``model.predict(obs, deterministic=True)``
     on ``n_observations`` observations sampled from the model's observation space (in float32, as exported, for a
-    model trained with ``precision="bfloat16"``); returns the largest absolute difference, and raises AssertionError when it exceeds ``atol`` (for Discrete actions, any difference)."""
+    model trained with ``precision="bfloat16"``); returns the largest absolute difference, and raises AssertionError
+    when it exceeds ``atol`` (for Discrete actions, any difference) or is not a number: actions that are NaN or
+    infinite (onnxruntime's, or predict's) fail."""
     try:
         import onnxruntime
     except ImportError as err:
@@ -71,9 +80,16 @@ def check_onnx(model: Any, path: str | os.PathLike, *, n_observations: int = 100
         herl_actions, _ = model.predict(predict_obs, deterministic=True)
     if onnx_actions.shape != herl_actions.shape:
         raise AssertionError(f"ONNX actions have shape {onnx_actions.shape}, predict's {herl_actions.shape}")
-    error = float(np.max(np.abs(onnx_actions.astype(np.float64) - herl_actions.astype(np.float64))))
+    onnx64, herl64 = onnx_actions.astype(np.float64), herl_actions.astype(np.float64)
+    finite = np.isfinite(onnx64).reshape(len(onnx64), -1).all(axis=1)
+    if not finite.all():  # NaN compares False with any limit: refused by name
+        cause = (" (so do predict's: the model's weights are not finite)" if not np.isfinite(herl64).all()
+                 else ", predict's do not")
+        raise AssertionError(f"onnxruntime's actions hold NaN or infinity for {np.count_nonzero(~finite)} of "
+                             f"{n_observations} observations{cause}: the exported policy is not usable")
+    error = float(np.max(np.abs(onnx64 - herl64)))
     limit = 0.0 if np.issubdtype(herl_actions.dtype, np.integer) else atol
-    if error > limit:
+    if not error <= limit:  # a NaN in predict's actions makes the difference NaN, which no limit allows
         raise AssertionError(f"ONNX actions differ from predict's by up to {error:.3g} (allowed {limit:g}) over "
                              f"{n_observations} observations")
     return error

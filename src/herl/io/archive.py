@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import IO, Any
@@ -24,6 +23,7 @@ from safetensors.numpy import load as load_arrays
 from safetensors.numpy import save as save_arrays
 
 from herl.errors import ArchiveError
+from herl.io.atomic import atomic_file
 
 FORMAT = "herl"
 META_NAME = "meta.json"
@@ -74,21 +74,10 @@ def write_archive(path: str | os.PathLike | IO[bytes], *, kind: str, version: in
     if is_stream(path):
         return _write_stream(path, header, tensors)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED) as archive:
-                archive.writestr(META_NAME, json.dumps(header, indent=1))
-                archive.writestr(ARRAYS_NAME, tensors)
-            if hasattr(os, "fchmod"):  # mkstemp makes it private (0600): give it a new file's permissions
-                os.fchmod(raw.fileno(), 0o666 & ~_umask())
-            raw.flush()
-            os.fsync(raw.fileno())  # on disk before the rename makes it the file (a power cut, not only a crash)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    path.parent.mkdir(parents=True, exist_ok=True)  # as SB3's save: a model's folder is made for it
+    with atomic_file(path) as raw, zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED) as archive:
+        archive.writestr(META_NAME, json.dumps(header, indent=1))
+        archive.writestr(ARRAYS_NAME, tensors)
     return path
 
 
@@ -114,12 +103,6 @@ def _write_stream(stream: IO[bytes], header: dict[str, Any], tensors: bytes) -> 
 MAX_META_BYTES = 64 * 2**20
 MAX_RATIO = 100
 MAX_JSON_DEPTH = 64
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def read_archive(path: str | os.PathLike | IO[bytes], *, kind: str,
@@ -185,15 +168,20 @@ def _read_members(path: Any, kind: str, *, arrays: bool) -> tuple[Any, bytes | N
                 )
             for member in (META_NAME, ARRAYS_NAME):
                 _check_member(name, archive.getinfo(member))
-            header = json.loads(archive.read(META_NAME))
+            meta_bytes = archive.read(META_NAME)
             tensor_bytes = archive.read(ARRAYS_NAME) if arrays else None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise ArchiveError(f"{name}: its {META_NAME} is damaged ({type(err).__name__}: {err})") from err
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError) as err:
         # ValueError: zipfile's own, for offsets that point outside the data (a cut or damaged archive)
         if isinstance(err, (FileNotFoundError, ArchiveError)):
             raise
         raise ArchiveError(f"{name} is not a {what} (not a zip archive, or a damaged one): {err}") from err
+    try:
+        header = json.loads(meta_bytes)
+    except (ValueError, RecursionError) as err:  # ValueError: bad JSON, bad UTF-8, or the number below
+        if "integer string conversion" in str(err):  # Python's limit, whose message suggests raising it
+            raise ArchiveError(f"{name}: its {META_NAME} is damaged (it holds a whole number of more than "
+                               f"{sys.get_int_max_str_digits():,} digits)") from None
+        raise ArchiveError(f"{name}: its {META_NAME} is damaged ({type(err).__name__}: {err})") from err
     return header, tensor_bytes
 
 
@@ -227,7 +215,10 @@ def generator_state(path: str | os.PathLike, meta: dict[str, Any], name: str = "
 
 
 def _check_member(path: Path | str, info: zipfile.ZipInfo) -> None:
-    """Refuse a member whose inflated size is beyond the limits, before reading a byte of it."""
+    """Refuse a member that is encrypted or whose inflated size is beyond the limits, before reading a byte of it."""
+    if info.flag_bits & 0x1:  # zipfile would ask for a password (a RuntimeError); herl never encrypts
+        raise ArchiveError(f"{path}: its {info.filename} is encrypted, which herl files never are: a damaged file, or "
+                           "not one herl wrote")
     limit = MAX_META_BYTES if info.filename == META_NAME else None
     if limit is not None and info.file_size > limit:
         raise ArchiveError(f"{path}: its {info.filename} claims {info.file_size:,} bytes, more than the {limit:,} a "

@@ -18,9 +18,7 @@ gradient steps, the one point where a new ``learn`` call continues exactly as th
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 import warnings
 from collections import deque
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ import numpy as np
 
 from herl.errors import ArchiveError
 from herl.io.archive import read_archive, write_archive
+from herl.io.atomic import atomic_folder, atomic_write, share_like_new_files  # noqa: F401 (herl.run.train's)
 from herl.run.envs import ReplayMismatch, recorders
 
 CHECKPOINTS = "checkpoints"
@@ -56,33 +55,9 @@ class Checkpoint:
         return self.path / MODEL_FILE
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def share_like_new_files(path: Path) -> None:
-    """Give ``path`` (and the files in it) the permissions a new file gets: tempfile makes them private (0600),
-    and a run folder is for the people who read it too."""
-    mask = _umask()
-    for item in [path, *(path.iterdir() if path.is_dir() else [])]:
-        os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
-
-
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        share_like_new_files(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` to ``path`` through a temporary file and an atomic rename (:mod:`herl.io.atomic`)."""
+    atomic_write(path, text)
 
 
 def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
@@ -137,37 +112,16 @@ def write_checkpoint(run_dir: Path, model: Any, env: Any, *, wall_time: float, k
     if latest is not None and latest.step == step:
         return latest
     final = root / f"step_{step:012d}"
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-    try:
+    if final.exists():  # left by a process killed between its rename and latest.json: never named, so stale
+        shutil.rmtree(final)
+    with atomic_folder(final, prefix=".tmp-") as tmp:  # the prefix remove_partial_checkpoints looks for
         model.save(tmp / MODEL_FILE)
         model.save_replay_buffer(tmp / BUFFER_FILE)
         meta, arrays = _loop_state(model, env, wall_time)
         write_archive(tmp / STATE_FILE, kind=STATE_KIND, version=STATE_VERSION, meta=meta, arrays=arrays)
-        _fsync_folder(tmp)
-        share_like_new_files(tmp)
-        if final.exists():  # left by a process killed between this rename and latest.json: never named, so stale
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     atomic_write_text(root / LATEST, json.dumps({"step": step, "path": final.name}))
     _prune(root, keep)
     return Checkpoint(final, step)
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Flush the files to disk before the rename makes them the checkpoint (a power cut, not only a crash)."""
-    for path in folder.iterdir():
-        with open(path, "rb") as f:
-            os.fsync(f.fileno())
-    if os.name != "posix":  # folders cannot be opened for fsync on Windows
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _prune(root: Path, keep: int) -> None:
@@ -213,6 +167,9 @@ def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any],
         "ep_info_buffer": list(model.ep_info_buffer),
         "ep_success_buffer": list(model.ep_success_buffer),
     }
+    goal_moved = getattr(model.replay_buffer, "goal_moved_history", None)
+    if goal_moved is not None:  # diagnostics/goal_moved_episodes' window: a resumed run logs what this one would
+        meta["goal_moved_history"] = goal_moved
     return meta, arrays
 
 
@@ -243,6 +200,8 @@ def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict
     maxlen = model.ep_info_buffer.maxlen
     model.ep_info_buffer = deque(meta["ep_info_buffer"], maxlen=maxlen)
     model.ep_success_buffer = deque(meta["ep_success_buffer"], maxlen=maxlen)
+    if "goal_moved_history" in meta and hasattr(model.replay_buffer, "goal_moved_history"):  # older ones lack it
+        model.replay_buffer.goal_moved_history = meta["goal_moved_history"]
     if meta["noise"] is not None and model.action_noise is not None:
         model.action_noise.rng.bit_generator.state = meta["noise"]["rng_state"]
         if hasattr(model.action_noise, "noise_prev"):

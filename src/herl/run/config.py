@@ -274,18 +274,24 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 
 def parse_value(raw: str) -> Any:
     try:
-        return tomllib.loads(f"value = {raw}")["value"]
-    except tomllib.TOMLDecodeError:
-        pass
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
+        try:
+            return tomllib.loads(f"value = {raw}")["value"]
+        except tomllib.TOMLDecodeError:
+            pass
+        lowered = raw.lower()
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        if lowered in ("none", "null"):
+            return None
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    except ValueError as err:  # Python's limit on a whole number's digits, whose message says to raise it
+        if "integer string conversion" not in str(err):
+            raise
+        raise CLIError(f"{raw[:12]}... ({len(raw):,} characters) holds a whole number of more than "
+                       f"{sys.get_int_max_str_digits():,} digits; no setting takes one that large") from None
 
 
 def check_key(key: str, algo: str, source: str) -> None:

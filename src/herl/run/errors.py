@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 from herl.errors import HerlError
 
 
@@ -24,6 +27,26 @@ class MissingExtraError(CLIError):
         return (type(self), (self.what, self.package, self.extra))
 
 
+class WorkersLost(CLIError):
+    """A ``--workers`` run lost an actor for good: its process died more often than Ray restarts it. ``herl train``
+    writes a checkpoint and says how to resume."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Training stopped by a signal (SIGTERM, Ctrl-C); the message says where it resumes from. ``herl`` prints it and
     exits with status 130."""
+
+
+def output_file(path: Path, flag: str = "-o") -> Path:
+    """``path``, once it is clear that a file can be written there: its folder exists (the command line makes none
+    without asking, as most tools) and it is not a folder itself; a :class:`CLIError` naming the problem otherwise."""
+    from herl.io.atomic import check_target
+
+    try:
+        check_target(path)
+    except FileNotFoundError as err:
+        raise CLIError(f"{err}: create it first (mkdir -p {shlex.quote(str(path.parent))}) or choose another "
+                       f"{flag}") from None
+    except OSError as err:
+        raise CLIError(f"{err}: give {flag} a file name in an existing folder") from None
+    return path

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from herl.io.atomic import atomic_path, check_target
 from herl.run.checkpoint import MODEL_FILE, latest_checkpoint
 from herl.run.envs import make_env
 from herl.run.errors import CLIError, MissingExtraError
@@ -121,6 +122,10 @@ def record_video(model: Any, env_id: str, env_kwargs: dict[str, Any], path: Path
         return f"no video: {MissingExtraError('writing videos', 'imageio', 'video')}"
     if path.suffix.lower() not in (".mp4", ".gif"):
         return f"no video: {path} should end in .mp4 or .gif"
+    try:
+        check_target(path)  # before the episodes are rendered
+    except OSError as err:
+        return f"no video: {err}"
     if "DISPLAY" not in os.environ:
         # MuJoCo's default GLFW backend needs a display; EGL renders headless on a GPU or Mesa.
         os.environ.setdefault("MUJOCO_GL", "egl")
@@ -155,10 +160,13 @@ def record_video(model: Any, env_id: str, env_kwargs: dict[str, Any], path: Path
         return f"no video: {env_id} returned no frames from render()"
     fps = env.metadata.get("render_fps") or 30
     try:
-        if path.suffix.lower() == ".mp4":
-            imageio.mimsave(path, frames, fps=fps, macro_block_size=1)
-        else:
-            imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
+        with atomic_path(path, suffix=True) as tmp:  # imageio picks its writer by the suffix
+            if path.suffix.lower() == ".mp4":
+                imageio.mimsave(tmp, frames, fps=fps, macro_block_size=1)
+            else:
+                imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
+    except OSError as err:  # a missing folder, a full disk: a file already there is left as it was
+        return f"no video: cannot write {path} ({err})"
     except (ImportError, ValueError, RuntimeError) as err:
         if path.suffix.lower() == ".mp4":
             return (f"no video: writing mp4 needs imageio-ffmpeg ({err}): pip install 'herl[video]', or write a .gif")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from herl.io.atomic import atomic_path
 from herl.run.envs import action_repeat
-from herl.run.errors import CLIError, MissingExtraError
+from herl.run.errors import CLIError, MissingExtraError, output_file
 from herl.run.runlog import STEP_KEY, WALL_KEY
 from herl.run.train import find_seed_runs, read_config
 
@@ -102,9 +103,16 @@ def plot_runs(runs: list[Path], output: Path, *, metric: str = "eval/success_rat
         raise MissingExtraError("herl plot", "matplotlib", "plot") from err
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
+    from matplotlib.backend_bases import FigureCanvasBase
 
     if labels and len(labels) != len(runs):
         raise CLIError(f"give one --label per run: {len(runs)} run(s), {len(labels)} label(s)")
+    output_file(output)  # before the work: its folder exists (none is made without asking)
+    image_format = output.suffix[1:].lower() or "png"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if image_format not in formats:
+        raise CLIError(f"-o {output}: matplotlib cannot write {output.suffix!r} images; end the name with one of "
+                       f"{', '.join('.' + f for f in sorted(formats))}")
     curves = [load_curve(run, metric, x, labels[i] if labels else None) for i, run in enumerate(runs)]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     scale, x_label = (1.0, "env steps") if x == "steps" else (1 / 60, "wall time (minutes)")
@@ -127,9 +135,15 @@ def plot_runs(runs: list[Path], output: Path, *, metric: str = "eval/success_rat
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output)
-    plt.close(fig)
+    try:
+        # the temporary file ends in the output's suffix too, for anything that looks at it; the format is given
+        with atomic_path(output, suffix=True) as tmp:
+            fig.savefig(tmp, format=image_format)
+    except OSError as err:  # a full disk, no permission: nothing was written
+        raise CLIError(f"cannot write {output} ({type(err).__name__}: {err}); a file already there is left as it "
+                       "was") from None
+    finally:
+        plt.close(fig)
     return output
 
 

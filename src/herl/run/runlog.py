@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from herl.io.atomic import atomic_file
 from herl.training.logger import Logger, OutputFormat
 
 STEP_KEY = "time/total_timesteps"
@@ -40,12 +41,10 @@ class ResumableCSV(OutputFormat):
         self.file = open(self.path, "a", newline="")
 
     def _rewrite(self) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", newline="") as f:
+        with atomic_file(self.path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=self.keys)
             writer.writeheader()
             writer.writerows(self.rows)
-        os.replace(tmp, self.path)
 
     def write(self, values: dict[str, Any], step: int) -> None:
         self.rows.append(dict(values))

@@ -39,9 +39,10 @@ from herl.run.checkpoint import (
     share_like_new_files,
     write_checkpoint,
 )
+from herl.errors import NonFiniteError
 from herl.run.config import ALGOS, TrainConfig, algorithm_class, validate_config
 from herl.run.envs import make_env, make_training_env
-from herl.run.errors import CLIError, Interrupted
+from herl.run.errors import CLIError, Interrupted, WorkersLost
 from herl.run.progress import Progress
 from herl.run.runlog import RunLogger, open_run_logger
 from herl.training.callbacks import BaseCallback
@@ -254,6 +255,21 @@ class Stopped(Exception):
         self.step = step
 
 
+def non_finite_stop_message(err: Exception, run_dir: Path) -> str:
+    """What ``herl train`` says when the NaN guard stops a run: the guard's message (the cause and its fix) and the
+    checkpoint the run can continue from once the cause is fixed. One line."""
+    run = shlex.quote(str(run_dir))
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        where = (f"The run {run_dir} has no checkpoint yet: once the cause is fixed, start it again in a new --run-dir "
+                 "(or delete this one)")
+    else:
+        where = (f"The run's last checkpoint, {checkpoint.path} (step {checkpoint.step:,}), was taken before this: once "
+                 f"the cause is fixed, `herl train --resume {run}` continues from it (with the run's settings; to train "
+                 "with others, such as a lower learning_rate, start a new run with --set)")
+    return " ".join(f"{str(err).rstrip('. ')}. {where}.".split())
+
+
 # In a --jobs worker process (None elsewhere): the stop signals it received, while training or not (starting up,
 # between runs). A run that starts after one (queued before the parent cancelled it) stops at its first rollout start;
 # see _init_worker.
@@ -381,12 +397,17 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
                         mode=progress_mode, position=position)
     callback = RunCallback(config=config, run_dir=run_dir, eval_env=eval_env, progress=progress, fresh=fresh,
                            history=[] if fresh else _eval_history(run_dir), on_eval=on_eval)
+    learn, notes = _learner(model, config, callback)
     try:
         with StopOnSignal(run_dir) as stop:
             callback.stop = stop
             try:
-                _learner(model, config, callback)(config.timesteps - model.num_timesteps, callback=callback,
-                                        log_interval=config.log_interval, reset_num_timesteps=fresh)
+                learn(config.timesteps - model.num_timesteps, callback=callback, log_interval=config.log_interval,
+                      reset_num_timesteps=fresh)
+            except WorkersLost as lost:  # between whole episodes: the model and buffer are consistent, keep them
+                callback.checkpoint()
+                raise WorkersLost(f"{lost}; training stopped at env step {model.num_timesteps:,} with a checkpoint: "
+                                  f"continue with `herl train --resume {shlex.quote(str(run_dir))}`") from None
             except Stopped as stopped:
                 raise Interrupted(f"stopped by {stop.signal_name} at step {stopped.step:,}; a checkpoint was written: "
                                   f"continue with `herl train --resume {shlex.quote(str(run_dir))}`") from None
@@ -400,27 +421,37 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
         callback.checkpoint()
         model.save(run_dir / MODEL_FILE)
         share_like_new_files(run_dir / MODEL_FILE)
+    except NonFiniteError as err:  # the NaN guard stopped the run: a mistake to fix, not a bug (no traceback)
+        raise CLIError(non_finite_stop_message(err, run_dir)) from None
     finally:
         progress.close()
         logger.close()
         eval_env.close()
-    summary = _summarize(run_dir, config, model.num_timesteps, logger.wall_time(), callback.history)
+    summary = _summarize(run_dir, config, model.num_timesteps, logger.wall_time(), callback.history, notes())
     atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(dataclasses.asdict(summary), indent=1))
     return summary
 
 
-def _learner(model: Any, config: TrainConfig, callback: RunCallback) -> Any:
+def _learner(model: Any, config: TrainConfig, callback: RunCallback) -> tuple[Any, Callable[[], list[str]]]:
     """``model.learn``, or with ``config.workers`` the learner fed by Ray actors (the one place Ray is imported,
-    and only then: a run without workers never imports it)."""
+    and only then: a run without workers never imports it); and what to add to the run's notes once it has trained."""
     if not config.workers:
-        return model.learn
+        return model.learn, list
     import functools
 
-    from herl.distributed.workers import learn
+    from herl.distributed.workers import WorkerStats, learn
+
+    stats = WorkerStats()
+
+    def notes() -> list[str]:
+        if not stats.lost_episodes:
+            return []
+        return [f"workers: {stats.actor_deaths} time(s) an actor's process died and Ray started it again; the "
+                f"{stats.lost_episodes} episode(s) they were playing were dropped (none stored in part)"]
 
     return functools.partial(learn, model, env_id=config.env, env_kwargs=dict(config.env_kwargs),
-                             workers=config.workers, broadcast_every=config.broadcast_every,
-                             eval_hook=callback.use_remote_evaluate if config.eval.on_workers else None)
+                             workers=config.workers, broadcast_every=config.broadcast_every, stats=stats,
+                             eval_hook=callback.use_remote_evaluate if config.eval.on_workers else None), notes
 
 
 def _eval_history(run_dir: Path) -> list[tuple[int, float | None, float]]:
@@ -438,7 +469,7 @@ def _eval_history(run_dir: Path) -> list[tuple[int, float | None, float]]:
 
 
 def _summarize(run_dir: Path, config: TrainConfig, steps: int, wall_time: float,
-               history: list[tuple[int, float | None, float]]) -> RunSummary:
+               history: list[tuple[int, float | None, float]], notes: list[str] = ()) -> RunSummary:
     successes = [(step, s) for step, s, _ in history if s is not None]
     reached = [step for step, s in successes if s >= SUCCESS_THRESHOLD]
     return RunSummary(
@@ -447,7 +478,7 @@ def _summarize(run_dir: Path, config: TrainConfig, steps: int, wall_time: float,
         best_success=max(s for _, s in successes) if successes else None,
         first_step_at_threshold=reached[0] if reached else None,
         final_mean_reward=history[-1][2] if history else None,
-        notes=tuple(config.notes),
+        notes=(*config.notes, *notes),
     )
 
 
@@ -456,6 +487,12 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
     """Train a new run of ``config`` in ``run_dir`` (created; it must not hold a run already); ``on_eval`` is called
     with each evaluation's results."""
     run_dir = Path(run_dir)
+    if config.workers:  # before the folder exists: a refused run must not leave one that blocks the next command
+        from herl.distributed.cluster import check_worker_cpus, local_cpus, require_ray
+
+        ray = require_ray("training with workers")  # the Ray its learner will use: this process's, else a local one
+        available = ray.cluster_resources().get("CPU", 0) if ray.is_initialized() else local_cpus()
+        check_worker_cpus(config.workers, available)
     run_dir.mkdir(parents=True, exist_ok=True)
     with _claim(run_dir):  # checked under the lock: two commands starting one folder at once cannot both pass
         if (run_dir / CONFIG_FILE).exists():

@@ -453,15 +453,17 @@ class OffPolicyAlgorithm:
         """Actions for one observation or a batch (leading axis), in the env's action space; ``state`` is returned as given."""
         batched = self._is_batch(observation)
         obs = observation if batched else _add_batch_axis(observation)
-        self._check_observation(obs)
+        self._check_observation(obs, batched=batched)
         actions = self._unscale(self._policy_actions(obs, deterministic))
         if isinstance(self.action_space, spaces.Discrete):
             actions = actions.astype(np.int64)
         return (actions if batched else actions[0]), state
 
-    def _check_observation(self, obs: Any) -> None:
+    def _check_observation(self, obs: Any, *, batched: bool = True) -> None:
         """Every entry the networks read is there, numeric, and shaped (batch, *its space's shape), with one batch
-        size: the message names the key and the expected shape (rather than a shape error from inside torch)."""
+        size: the message names the key and the expected shape (rather than a shape error from inside torch). And
+        finite: NaN or infinity gave a NaN action (SAC) or action 0 (DQN), silently; the message names the key and the
+        index (one reduction per entry when all is well)."""
         space = self.observation_space
         entries = {k: (space[k], obs.get(k) if isinstance(obs, Mapping) else None) for k in self.encoder.keys} \
             if isinstance(space, spaces.Dict) else {"observation": (space, obs)}
@@ -478,6 +480,8 @@ class OffPolicyAlgorithm:
                                  f"numbers shaped {expected} for one observation, or (batch, *{expected}) for a batch"
                                  + (f" of {batch}" if batch is not None else ""))
             batch = array.shape[0]
+            _check_finite_observation(array, f"observation[{key!r}]" if isinstance(space, spaces.Dict) else "observation",
+                                      batched)
 
     def _is_batch(self, observation: Any) -> bool:
         space = self.observation_space
@@ -668,7 +672,9 @@ class OffPolicyAlgorithm:
             buffer = buffer_class.load(path, device=self.device)
         if buffer.observation_space != self.observation_space or buffer.action_space != self.action_space:
             raise ValueError("the saved replay buffer's spaces differ from the model's")
-        if truncate_last_traj:  # the env is reset before learning continues: no n-step return or goal crosses it
+        if truncate_last_traj and isinstance(buffer, HerReplayBuffer):
+            # the env is reset before learning continues: no goal is drawn across it (SB3 closes HER episodes here,
+            # with its warning; a plain buffer's running episodes close at the next learn's reset, as SB3 leaves them)
             buffer.truncate_last_trajectory()
         if self.config.n_steps > 1:  # the model's n-step setting applies to the transitions it loads
             buffer.n_steps, buffer.gamma = self.config.n_steps, self.config.gamma
@@ -794,6 +800,25 @@ class Policy(nn.ModuleDict):
 
 
 ActingNetwork.model_loader = OffPolicyAlgorithm.load
+
+
+def _check_finite_observation(array: np.ndarray | torch.Tensor, name: str, batched: bool) -> None:
+    """A NonFiniteError (a ValueError) naming the index of the first NaN or infinity in ``array`` (shaped (batch, ...);
+    ``batched`` False: a single observation given to predict, whose batch axis was added)."""
+    if torch.is_tensor(array):
+        if not array.is_floating_point() or bool(torch.isfinite(array).all()):
+            return
+        first = torch.nonzero(~torch.isfinite(array))[0].tolist()
+        value = float(array[tuple(first)])
+    else:
+        if array.dtype.kind not in "fc" or math.isfinite(np.add.reduce(array, None)) or np.isfinite(array).all():
+            return
+        first = np.argwhere(~np.isfinite(array))[0].tolist()
+        value = array[tuple(first)]
+    where = f"row {first[0]} of the batch, index {tuple(first[1:])}" if batched else f"index {tuple(first[1:])}"
+    raise NonFiniteError(f"{name} holds {value} at {where}: predict refuses NaN and infinity (the policy would answer "
+                         "a NaN action, or DQN's action 0, without a word). Find where the observation comes from (the "
+                         "env's reset or step, or the code that builds it)")
 
 
 def _add_batch_axis(observation: Any) -> Any:

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from herl.io.atomic import atomic_file
+
 
 class BaseCallback:
     """Subclass and override ``_on_step`` (return False to stop training) and the other hooks you need."""
@@ -293,9 +295,9 @@ class EvalCallback(EventCallback):
         self._is_success_buffer = [bool(s) for s in successes]  # SB3's name for the last evaluation's successes
         if self.log_path is not None:
             self.log_path.mkdir(parents=True, exist_ok=True)
-            np.savez(self.log_path / "evaluations.npz", timesteps=self.evaluations_timesteps,
-                     results=self.evaluations_results, ep_lengths=self.evaluations_length,
-                     successes=self.evaluations_successes)
+            with atomic_file(self.log_path / "evaluations.npz") as f:  # rewritten whole at each evaluation
+                np.savez(f, timesteps=self.evaluations_timesteps, results=self.evaluations_results,
+                         ep_lengths=self.evaluations_length, successes=self.evaluations_successes)
         logger = self.model.logger
         if logger is not None:
             logger.record("eval/mean_reward", self.last_mean_reward)

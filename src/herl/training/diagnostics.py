@@ -8,7 +8,8 @@ learn yet", logged with every row of training statistics under ``diagnostics/``.
   any coordinate): for FetchPush, how often the block is touched. Near 0, the agent cannot learn to push.
 - ``goal_moved_episodes``: share of the last 100 episodes stored whose achieved goal ended elsewhere than it
   started (by more than 1e-3 in any coordinate): for FetchPush, the training episodes that moved the block. Falling
-  towards 0 while success stays low: the policy stopped touching the object, exploration collapsed.
+  towards 0 while success stays low: the policy stopped touching the object, exploration collapsed. ``herl train``'s
+  checkpoints keep the window (the buffer's ``goal_moved_history``), so a resumed run logs what one never stopped does.
 - ``q_mean``, ``q_min``, ``q_max``: the critics' estimates for the batch's actions, next to ``q_bound``
   ``= -1/(1-gamma)``, the lowest return of -1/0 rewards: estimates far outside ``[q_bound, 0]``
   (beyond the entropy bonus, for SAC-like algorithms) mean the critic diverges.

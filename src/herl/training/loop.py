@@ -7,7 +7,9 @@ callbacks live here too; the algorithm only acts and updates.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -33,6 +35,7 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
     noise = model.action_noise
     obs = model._last_obs
     returns, lengths = model._ep_returns, model._ep_lengths
+    guard = getattr(buffer, "check_finite", True)  # check_finite=False turns the NaN guard off, this part too
     go_on = True
     while go_on and model.num_timesteps < total_timesteps:
         callback.on_rollout_start()
@@ -43,6 +46,8 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
                 restart_envs(model)
                 obs, returns, lengths = model._last_obs, model._ep_returns, model._ep_lengths
             actions = model._collect_actions(env.policy_obs(obs))  # an SB3 VecNormalize's statistics apply here
+            if guard and actions.dtype.kind == "f" and not math.isfinite(np.add.reduce(actions, None)):
+                stop_on_non_finite_action(model, obs, actions)  # before the env is stepped with it
             env_actions = model._unscale(actions)
             next_obs, new_obs, rewards, terminated, truncated, infos = env.step(env_actions)
             try:
@@ -118,13 +123,45 @@ def begin(model: Any, total_timesteps: int, *, callback: Any, log_interval: int 
     return callback, state, start
 
 
+def stop_on_non_finite_action(model: Any, obs: Any, actions: np.ndarray) -> None:
+    """Raise :class:`NonFiniteError` if the policy's ``actions`` (one row per env) hold NaN or infinity, saying why:
+    the observation it acted on (an env's fault), or else a diverged policy. Checked before the env is stepped: a NaN
+    action made the env's next observation NaN too, and the guard on the buffer then blamed the env."""
+    bad = ~np.isfinite(actions.reshape(len(actions), -1)).all(axis=1)
+    if not bad.any():  # a sum of finite values that overflowed
+        return
+    env_index = int(np.flatnonzero(bad)[0])
+    step = model.num_timesteps
+    for key, value in (obs.items() if isinstance(obs, Mapping) else [(None, obs)]):
+        value = np.asarray(value)
+        if value.dtype.kind == "f" and not np.isfinite(value[env_index]).all():
+            name = "obs" if key is None else f"obs[{key!r}]"
+            raise NonFiniteError(
+                f"training stopped at env step {step}: {name} of env {env_index} holds NaN or infinity (an episode's "
+                "first observation, from the env's reset), and so does the action the policy chose from it; nothing "
+                "of this step was stored. Find where the env produces it (herl check-env ID runs it with random "
+                "actions); wrap the env to clean its outputs")
+    try:
+        model.check_losses()  # a loss that became NaN says more about why
+        why = (f"its weights are no longer finite after update {model._n_updates} (the losses were still finite), the "
+               f"usual sign of a learning_rate ({model.config.learning_rate:g}) far too high for the rewards' scale. "
+               "Lower learning_rate, normalize the rewards, or use clip_target=True for -1/0 goal rewards, and continue "
+               "from a checkpoint taken before this step.")
+    except NonFiniteError as err:
+        why = str(err)
+    raise NonFiniteError(
+        f"training stopped at env step {step}: the policy's action of env {env_index} holds NaN or infinity, chosen "
+        f"from a finite observation: the policy diverged: {why} The env was not stepped with this action; nothing of "
+        "this step was stored.")
+
+
 def restart_envs(model: Any) -> None:
     """Reset every env and zero the running episodes' returns and lengths; ``model._last_obs`` are then the
     observations to act from. Episodes running in the buffer end here: they are closed as truncated, so that HER
     never draws a future goal across the reset."""
     env, buffer = model.env, model.replay_buffer
-    if buffer is not None and model._last_obs is not None:
-        buffer.truncate_last_trajectory(warn=buffer.optimize_memory_usage)  # where SB3 warns
+    if buffer is not None:  # whatever still runs in the buffer (a loaded one's too) ends with the reset
+        buffer.truncate_last_trajectory(warn=buffer.optimize_memory_usage and model._last_obs is not None)  # as SB3
     seed = None if model._env_was_seeded else model._first_reset_seed()
     model._last_obs = env.reset(seed=seed)
     model._env_was_seeded = True
