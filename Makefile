@@ -6,20 +6,27 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# the installers' output goes to a log, printed only when they fail
+QUIET = > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 
 .PHONY: demo test install bench clean
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	@echo "creating $(VENV) and installing herl (the installers' output: $(VENV)/install.log)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install --quiet --upgrade pip $(QUIET)
 
 # torch==2.13.0 is the local CPU build on our machines; any other spec pulls GBs of CUDA wheels.
 $(VENV)/.torch-installed: $(PY)
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install --quiet torch==2.13.0
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install --quiet torch==2.13.0 $(QUIET)
 	@touch $@
 
-install: $(VENV)/.torch-installed
-	$(PIP) install --quiet -e ".[test]"
+# installed again only when pyproject.toml changes (the package itself is installed editable)
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch-installed
+	@$(PIP) install --quiet -e ".[test]" $(QUIET)
+	@touch $@
+
+install: $(VENV)/.installed
 
 demo: install
 	$(PY) -m herl.demo
@@ -28,7 +35,7 @@ test: install
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.torch-installed
-	$(PIP) install --quiet -e ".[test,bench]"
+	@$(PIP) install --quiet -e ".[test,bench]" $(QUIET)
 	$(PY) benchmarks/buffer_throughput.py
 
 clean:

@@ -22,7 +22,7 @@ EXAMPLES = """examples:
   herl train --resume runs/FetchReach-v4_sac_20260101-120000
   herl eval runs/FetchReach-v4_sac_20260101-120000 --episodes 50 --video reach.mp4
   herl plot runs/A runs/B -o curves.png
-  herl record --env FetchPickAndPlace-v4 --policy scripted --episodes 100 -o demos/
+  herl record --env FetchPickAndPlace-v4 --policy scripted --episodes 100 -o demos/   # through herl train's env
   herl train --env FetchPickAndPlace-v4 --demos demos/     # HER + demonstrations, BC loss with the Q-filter
   herl export runs/FetchReach-v4_sac_20260101-120000 -o policy.onnx
   herl train --env FetchReach-v4 --workers 2                     # 2 Ray actors collect (herl[ray])
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
     )
     from herl import __version__
+    from herl.run.config import ALGOS
 
     parser.add_argument("--version", action="version", version=f"herl {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
@@ -125,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_cmd_check_env)
 
     rec = commands.add_parser("record", help="record demonstrations (a Minari dataset) from a scripted expert or a model",
-                              allow_abbrev=False)
+                              allow_abbrev=False, description="Record demonstrations through the env herl train builds "
+                              "with the same --env, --preset, --algo and --set (its action repeat and time feature, "
+                              "which the dataset's metadata names and herl train --demos checks).")
     rec.add_argument("--env", required=True, metavar="ID", help="env id, e.g. FetchPickAndPlace-v4")
     rec.add_argument("--policy", default="scripted", metavar="scripted|MODEL",
                      help="herl's scripted expert for the env (Fetch tasks), or a model file or run folder")
@@ -133,7 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="dataset folder to write")
     rec.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
     rec.add_argument("--successful-only", action="store_true", help="keep only successful episodes (runs more)")
-    rec.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE", help="env arguments")
+    rec.add_argument("--algo", choices=ALGOS, help="the algorithm whose preset settings choose the env (default: "
+                     "the preset's), as in herl train")
+    rec_preset = rec.add_mutually_exclusive_group()
+    rec_preset.add_argument("--preset", metavar="NAME", help="the preset whose env settings (action repeat, time "
+                            "feature, ...) the env gets, as in herl train (default: the one for the env)")
+    rec_preset.add_argument("--config", type=Path, metavar="FILE.toml", help="a preset file of your own, as in herl "
+                            "train")
+    rec.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE",
+                     help="env settings, after the preset's, as in herl train (e.g. env.time_feature=false)")
     rec.add_argument("--device", default="auto", help="torch device for a model (default: auto)")
     rec.set_defaults(func=_cmd_record)
 
@@ -351,14 +362,23 @@ def _train_configs(args: argparse.Namespace) -> tuple[list[Any], Path]:
     configs = [build_config(seed=seed, **settings) for seed in dict.fromkeys(args.seed)]
     if configs[0].her is not None:
         check_her_env(configs[0].env, dict(configs[0].env_kwargs))
+    if configs[0].demos is not None:  # before any run folder: each run checks again (herl.run.start_run)
+        from herl.run.demos import check_demos_env
+        from herl.run.envs import make_env
+
+        env = make_env(configs[0].env, dict(configs[0].env_kwargs))
+        try:
+            check_demos_env(configs[0], env)
+        finally:
+            env.close()
     return configs, args.run_dir or default_run_dir(configs[0].env, configs[0].algo)
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """What the settings flags (train and sweep) say: ``build_config``'s arguments but the seed."""
-    from herl.run.config import parse_assignment, parse_her
+    from herl.run.config import DEFAULT_BC_LOSS_WEIGHT, parse_assignment, parse_her
     from herl.run.envs import is_goal_env, make_env, resolve_env_id
-    from herl.run.presets import get_preset, preset_for_env, read_preset_file
+    from herl.run.presets import read_preset_file
     from herl.run.train import check_algorithm_fits
 
     preset = read_preset_file(args.config) if args.config else None
@@ -367,8 +387,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         raise CLIError("say which env to train on with --env ID (or continue a run with --resume RUN_DIR); "
                        "`herl list` shows the envs with a preset")
     env_id = resolve_env_id(env)
-    if preset is None:
-        preset = get_preset(args.preset) if args.preset else preset_for_env(env_id)
+    preset = preset or _preset(args, env_id)
     set_layer = dict(parse_assignment(text) for text in args.set)
     flags: dict[str, Any] = {}
     for key, value in (("timesteps", args.timesteps), ("n_envs", args.n_envs), ("device", args.device),
@@ -389,16 +408,28 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         probe.close()
     layers = [*(preset.layers(algo) if preset else []), ("the command-line flags", flags), ("--set", set_layer)]
-    if args.demos is not None:  # the defaults --demos brings come first: a preset or --set may change them
-        layers.insert(0, ("--demos", _demo_settings(args.demos, algo)))
+    if args.demos is not None:
+        # The dataset is a flag, so it wins over a preset's (a *_demos preset's scripted expert; build_config notes
+        # it); the loss weight --demos brings is a default, which a preset or --set may change.
+        flags["demos.path"] = _demo_path(args.demos, algo)
+        layers.insert(0, ("--demos", {"bc_loss_weight": DEFAULT_BC_LOSS_WEIGHT}))
     return {"algo": algo, "env": env_id, "layers": layers, "goal_env": goal_env,
             "preset": preset.name if preset else None}
 
 
-def _demo_settings(path: str, algo: str) -> dict[str, Any]:
-    """What ``--demos PATH`` sets: the dataset (an absolute path, so that ``--resume`` finds it from anywhere) and the
-    behaviour-cloning loss's weight."""
-    from herl.run.config import DEFAULT_BC_LOSS_WEIGHT, DEMO_ALGOS
+def _preset(args: argparse.Namespace, env_id: str) -> Any:
+    """The preset of the command (train, sweep, record): ``--config FILE``, ``--preset NAME``, else the env's own
+    (None when it has none)."""
+    from herl.run.presets import get_preset, preset_for_env, read_preset_file
+
+    if args.config:
+        return read_preset_file(args.config)
+    return get_preset(args.preset) if args.preset else preset_for_env(env_id)
+
+
+def _demo_path(path: str, algo: str) -> str:
+    """The dataset of ``--demos PATH``: an absolute path, so that ``--resume`` finds it from anywhere."""
+    from herl.run.config import DEMO_ALGOS
 
     if algo not in DEMO_ALGOS:
         raise CLIError(f"--demos adds a behaviour-cloning loss to an actor: use --algo {', '.join(DEMO_ALGOS)} "
@@ -406,7 +437,7 @@ def _demo_settings(path: str, algo: str) -> dict[str, Any]:
     local = Path(path).expanduser()
     if local.exists():  # a dataset folder; "scripted[:N]" is recorded into the run folder when the run starts
         path = str(local.resolve())
-    return {"demos.path": path, "bc_loss_weight": DEFAULT_BC_LOSS_WEIGHT}
+    return path
 
 
 def _default_algo(env: Any) -> str:
@@ -560,9 +591,20 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_record(args: argparse.Namespace) -> int:
     from herl.run.demos import record
+    from herl.run.envs import resolve_env_id
 
-    print(record(args.env, args.policy, episodes=args.episodes, output=args.output, seed=args.seed,
-                 env_kwargs=_env_set(args.set), successful_only=args.successful_only, device=args.device))
+    env_id = resolve_env_id(args.env)
+    preset = _preset(args, env_id)
+    set_layer = _env_set(args.set)
+    if preset is None:
+        env_kwargs, settings_from = set_layer, "no preset"
+    else:
+        algo = args.algo or preset.algo
+        env_kwargs = {**preset.env_kwargs(algo), **set_layer}
+        settings_from = f"herl train's env with preset {preset.name}, {algo}" + (", then --set" if set_layer else "")
+    print(record(env_id, args.policy, episodes=args.episodes, output=args.output, seed=args.seed,
+                 env_kwargs=env_kwargs, successful_only=args.successful_only, device=args.device,
+                 settings_from=settings_from))
     return 0
 
 

@@ -14,12 +14,13 @@ not numbers is a :class:`DatasetError` naming the file, the episode, the field a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -32,6 +33,11 @@ METADATA_FILE = "metadata.json"
 HDF5_FILE = "main_data.hdf5"
 EPISODE_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
 """What each episode holds, in Minari's layout (``infos`` is optional)."""
+ENV_SETTINGS_KEY = "herl_env"
+"""The metadata entry naming herl's env wrappers the episodes were recorded through."""
+ENV_SETTINGS = {"action_repeat": 1, "time_feature": False}
+"""The wrappers that entry names, with the value that means "not wrapped": each changes what a step or an
+observation of the dataset is (:class:`~herl.envs.ActionRepeat`, :class:`~herl.envs.TimeFeature`)."""
 
 
 class DatasetError(HerlError, ValueError):
@@ -59,6 +65,10 @@ class Demonstrations:
     """Per episode, whether its last step's info said ``is_success`` (None if the data does not say)."""
     source: str | None = None
     """The file (or folder) they were read from, named in error messages; None for episodes built in memory."""
+    env_settings: Mapping[str, Any] | None = None
+    """herl's env wrappers the episodes were recorded through, as the ``env.NAME`` settings of ``herl train`` name
+    them (``{"action_repeat": 3, "time_feature": True}``; see :data:`ENV_SETTINGS`), kept in the dataset's metadata
+    as ``herl_env``; None where the dataset does not say (one recorded by another tool)."""
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -118,8 +128,11 @@ class Demonstrations:
                                "one flag per episode (or None)")
 
 
-def check_space_match(data_obs: spaces.Space, env_obs: spaces.Space, data_act: spaces.Space, env_act: spaces.Space) -> None:
-    """DatasetError naming what differs between a dataset's spaces and an env's (or a model's)."""
+def check_space_match(data_obs: spaces.Space, env_obs: spaces.Space, data_act: spaces.Space, env_act: spaces.Space, *,
+                      hint: str | None = None) -> None:
+    """DatasetError naming what differs between a dataset's spaces and an env's (or a model's); a differing
+    observation ends with ``hint`` (by default, that the wrappers of the env may differ)."""
+    hint = _WRAPPER_HINT if hint is None else hint
     if isinstance(env_obs, spaces.Dict):
         if not isinstance(data_obs, spaces.Dict):
             raise DatasetError(f"the env's observations are a dict with keys {sorted(env_obs.spaces)}; the dataset's "
@@ -131,17 +144,30 @@ def check_space_match(data_obs: spaces.Space, env_obs: spaces.Space, data_act: s
                                f"{sorted(data_obs.spaces)}: record the demonstrations with the env's dict observations")
         for key, space in env_obs.spaces.items():
             if data_obs[key] != space:
-                raise DatasetError(f"observation key {key!r} differs: the dataset's is {_describe(data_obs[key])}, "
-                                   f"the env's {_describe(space)}")
+                raise DatasetError(f"observation key {key!r} differs: the dataset's is {_describe(data_obs[key], space)}, "
+                                   f"the env's {_describe(space, data_obs[key])}{hint}")
     elif data_obs != env_obs:
-        raise DatasetError(f"observations differ: the dataset's are {_describe(data_obs)}, the env's {_describe(env_obs)}")
+        raise DatasetError(f"observations differ: the dataset's are {_describe(data_obs, env_obs)}, the env's "
+                           f"{_describe(env_obs, data_obs)}{hint}")
     if data_act != env_act:
-        raise DatasetError(f"actions differ: the dataset's are {_describe(data_act)}, the env's {_describe(env_act)}")
+        raise DatasetError(f"actions differ: the dataset's are {_describe(data_act, env_act)}, the env's "
+                           f"{_describe(env_act, data_act)}")
 
 
-def _describe(space: spaces.Space) -> str:
+_WRAPPER_HINT = (": record the demonstrations through the wrappers of the env they train on (a wrapper on one side "
+                 "only changes the observation: herl.envs.TimeFeature, env.time_feature on the command line, appends "
+                 "one entry to it)")
+
+
+def _describe(space: spaces.Space, other: spaces.Space | None = None) -> str:
+    """The space's type and shape, and its bounds only where the shapes agree (a 26-entry Box's bounds say nothing
+    about why it differs from a 25-entry one)."""
     shape = getattr(space, "shape", None)
-    return f"{type(space).__name__} of shape {shape}" + (f" ({space})" if shape is not None else f" {space}")
+    if shape is None:
+        return f"{type(space).__name__} {space}"
+    if other is not None and getattr(other, "shape", None) != shape:
+        return f"{type(space).__name__} of shape {shape} ({space.dtype})"
+    return f"{type(space).__name__} of shape {shape} ({space})"
 
 
 def from_episodes(episodes: list[dict[str, Any]], observation_space: spaces.Space,
@@ -208,6 +234,7 @@ def policy_scale(actions: np.ndarray, space: spaces.Space) -> np.ndarray:
 def save_minari(demos: Demonstrations, path: str | os.PathLike, *, env_spec: Any = None,
                 data_format: str = "hdf5", description: str | None = None) -> Path:
     """Write ``demos`` as a Minari dataset in the folder ``path`` (which must not hold one); returns the path.
+    ``demos.env_settings``, where known, goes into the metadata as ``herl_env``.
 
     The dataset is written into a temporary folder beside ``data`` and renamed to ``data`` once complete and on disk:
     an error (a full disk) or a kill on the way leaves no half-written dataset that would load."""
@@ -262,33 +289,17 @@ def _write_minari(minari_storage: Any, demos: Demonstrations, data_path: Path, n
     metadata = {"dataset_id": f"herl/{name}-v0", "minari_version": minari_version, "algorithm_name": "herl record"}
     if description:
         metadata["description"] = description
+    if demos.env_settings is not None:
+        metadata[ENV_SETTINGS_KEY] = dict(demos.env_settings)
     storage.update_metadata(metadata)
 
 
 def load_minari(path_or_id: str | os.PathLike) -> Demonstrations:
     """Read a Minari dataset: a folder written by :func:`save_minari` (or its ``data`` subfolder), or the id of a
     dataset in the local Minari root (``~/.minari/datasets``, or ``MINARI_DATASETS_PATH``); nothing is downloaded."""
-    minari_storage = _import_minari()
-    data_path = find_data_path(path_or_id)
-    try:
-        metadata = json.loads((data_path / METADATA_FILE).read_text())
-    except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON, bad UTF-8, a 5,000-digit number
-        raise DatasetError(f"{data_path / METADATA_FILE} cannot be read ({err}): the dataset is damaged") from err
-    if "observation_space" not in metadata or "action_space" not in metadata:
-        raise DatasetError(f"{data_path} has no observation/action spaces in its metadata: herl does not make the env "
-                           "its metadata names to find them (that would run code from the dataset)")
-    if metadata.get("data_format") not in ("hdf5", "arrow", "parquet"):
-        raise DatasetError(f"{data_path}: unknown data format {metadata.get('data_format')!r}")
-    total = metadata.get("total_episodes")
-    if type(total) is not int or total < 0:
-        raise DatasetError(f"{data_path / METADATA_FILE}: total_episodes is {total!r}, not a count of episodes: the "
-                           "dataset is damaged; record the demonstrations again")
+    data_path, metadata, storage = _open(path_or_id)
+    total = metadata["total_episodes"]
     source = data_path / HDF5_FILE if metadata["data_format"] == "hdf5" else data_path
-    try:
-        storage = minari_storage.MinariStorage.read(data_path)  # the metadata only: no data is read here
-    except Exception as err:  # a space Minari cannot rebuild, a missing data file
-        raise DatasetError(f"{data_path} cannot be read ({type(err).__name__}: {err}): the dataset is damaged; record "
-                           "the demonstrations again") from err
     if metadata["data_format"] == "hdf5":
         check_hdf5_file(source, storage.observation_space, storage.action_space, total)
     episodes: list[dict[str, Any]] = []
@@ -298,7 +309,71 @@ def load_minari(path_or_id: str | os.PathLike) -> Demonstrations:
     except Exception as err:  # h5py/pyarrow raise OSError, KeyError, ArrowInvalid, ... on damaged files
         raise DatasetError(f"{source}: episode {len(episodes)} cannot be read ({type(err).__name__}: {err}): the file "
                            "is truncated or damaged; record the demonstrations again") from err
-    return from_episodes(episodes, storage.observation_space, storage.action_space, source=str(source))
+    demos = from_episodes(episodes, storage.observation_space, storage.action_space, source=str(source))
+    return dataclasses.replace(demos, env_settings=_env_settings(data_path, metadata))
+
+
+class RecordedEnv(NamedTuple):
+    """What a dataset's metadata says of the env its episodes were recorded in."""
+
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    settings: Mapping[str, Any] | None
+    """herl's wrappers (``herl_env``, as :attr:`Demonstrations.env_settings`); None where the dataset does not say."""
+
+
+def recorded_env(path_or_id: str | os.PathLike) -> RecordedEnv:
+    """The spaces and env settings of the dataset at ``path_or_id``, read from its metadata (none of its episodes
+    are read, so a check against an env costs nothing beside loading it)."""
+    data_path, metadata, storage = _open(path_or_id)
+    return RecordedEnv(storage.observation_space, storage.action_space, _env_settings(data_path, metadata))
+
+
+def _open(path_or_id: str | os.PathLike) -> tuple[Path, dict[str, Any], Any]:
+    """The dataset's ``data`` folder, its metadata (checked) and Minari's storage, which has read only the metadata."""
+    minari_storage = _import_minari()
+    data_path = find_data_path(path_or_id)
+    metadata = _read_metadata(data_path)
+    if "observation_space" not in metadata or "action_space" not in metadata:
+        raise DatasetError(f"{data_path} has no observation/action spaces in its metadata: herl does not make the env "
+                           "its metadata names to find them (that would run code from the dataset)")
+    if metadata.get("data_format") not in ("hdf5", "arrow", "parquet"):
+        raise DatasetError(f"{data_path}: unknown data format {metadata.get('data_format')!r}")
+    total = metadata.get("total_episodes")
+    if type(total) is not int or total < 0:
+        raise DatasetError(f"{data_path / METADATA_FILE}: total_episodes is {total!r}, not a count of episodes: the "
+                           "dataset is damaged; record the demonstrations again")
+    try:
+        storage = minari_storage.MinariStorage.read(data_path)  # the metadata only: no data is read here
+    except Exception as err:  # a space Minari cannot rebuild, a missing data file
+        raise DatasetError(f"{data_path} cannot be read ({type(err).__name__}: {err}): the dataset is damaged; record "
+                           "the demonstrations again") from err
+    return data_path, metadata, storage
+
+
+def _read_metadata(data_path: Path) -> dict[str, Any]:
+    try:
+        metadata = json.loads((data_path / METADATA_FILE).read_text())
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON, bad UTF-8, a 5,000-digit number
+        raise DatasetError(f"{data_path / METADATA_FILE} cannot be read ({err}): the dataset is damaged") from err
+    if not isinstance(metadata, dict):
+        raise DatasetError(f"{data_path / METADATA_FILE} holds a {type(metadata).__name__}, not Minari's metadata: "
+                           "the dataset is damaged")
+    return metadata
+
+
+def _env_settings(data_path: Path, metadata: Mapping[str, Any]) -> dict[str, Any] | None:
+    settings = metadata.get(ENV_SETTINGS_KEY)
+    if settings is None:
+        return None
+    expected = ('expected {"action_repeat": a whole number >= 1, "time_feature": true or false}: the dataset is '
+                "damaged; record the demonstrations again")
+    if not isinstance(settings, dict) or set(ENV_SETTINGS) - set(settings):
+        raise DatasetError(f"{data_path / METADATA_FILE}: {ENV_SETTINGS_KEY} is {settings!r}; {expected}")
+    repeat, time_feature = settings["action_repeat"], settings["time_feature"]
+    if type(repeat) is not int or repeat < 1 or type(time_feature) is not bool:
+        raise DatasetError(f"{data_path / METADATA_FILE}: {ENV_SETTINGS_KEY} is {settings!r}; {expected}")
+    return {key: settings[key] for key in ENV_SETTINGS}
 
 
 def find_data_path(path_or_id: str | os.PathLike) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from herl.demos.dataset import Demonstrations, from_episodes, save_minari
+from herl.demos.dataset import ENV_SETTINGS, Demonstrations, from_episodes, save_minari
 
 
 def generate_expert_traj(model: Any, save_path: str | os.PathLike | None = None, env: Any = None, *,
@@ -59,10 +60,27 @@ def generate_expert_traj(model: Any, save_path: str | os.PathLike | None = None,
     finally:
         if own_env:
             env.close()
-    demos = from_episodes(episodes, env.observation_space, env.action_space)
+    demos = dataclasses.replace(from_episodes(episodes, env.observation_space, env.action_space),
+                                env_settings=env_settings(env))
     if save_path is not None:
         save_minari(demos, save_path, env_spec=env.spec)
     return demos
+
+
+def env_settings(env: gym.Env) -> dict[str, Any]:
+    """herl's wrappers around ``env`` that change what a step or an observation is (:data:`ENV_SETTINGS`), as the
+    ``env.NAME`` settings of ``herl train`` name them: ``{"action_repeat": 3, "time_feature": True}``. A dataset
+    keeps them in its metadata, so that training can check it runs the env the episodes were recorded in."""
+    from herl.envs import ActionRepeat, TimeFeature
+
+    settings = dict(ENV_SETTINGS)
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, ActionRepeat):
+            settings["action_repeat"] *= env.repeat
+        elif isinstance(env, TimeFeature):
+            settings["time_feature"] = True
+        env = env.env
+    return settings
 
 
 def _policy(model: Any, deterministic: bool) -> Callable[[Any], Any]:

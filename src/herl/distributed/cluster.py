@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ def ray_session(address: str | None = None, cpus: int | None = None, *, what: st
         check_reachable(address)
     try:
         if address is None:
+            _quiet_token_notice()
             ray.init(num_cpus=cpus, include_dashboard=False, logging_level="warning")
         else:
             ray.init(address=address, logging_level="warning")
@@ -54,6 +56,20 @@ def ray_session(address: str | None = None, cpus: int | None = None, *, what: st
         yield ray
     finally:
         ray.shutdown()
+
+
+class _TokenNotice(logging.Filter):
+    """Drops Ray's notice that token authentication is on, printed at every start of a local Ray whose RAY_AUTH_MODE is
+    unset: the protection is what herl wants, and docs/scaling.md says it is on. Ray's other messages pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+def _quiet_token_notice() -> None:
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _TokenNotice) for f in logger.filters):
+        logger.addFilter(_TokenNotice())
 
 
 def local_cpus(cpus: int | None = None) -> int:

@@ -314,10 +314,15 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
     ``goal_env`` resolves ``her.enabled = "auto"``.
     """
     flat: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    notes: list[str] = []
     for source, settings in layers:
         for key, value in settings.items():
             check_key(key, algo, source)
+            if key == "demos.path" and sources.get(key, "").startswith("preset") and value != flat[key]:
+                notes.append(_replaced_demos_note(value, source, flat[key], sources[key]))
             flat[key] = value
+            sources[key] = source
     sections: dict[str, dict[str, Any]] = {name: {} for name in [*SECTIONS, "env"]}
     run: dict[str, Any] = {}
     hyperparameters: dict[str, Any] = {}
@@ -348,14 +353,34 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
         raise CLIError(f"demonstrations train an actor with a behaviour-cloning loss: use --algo "
                        f"{', '.join(DEMO_ALGOS)} (not {algo})")
     if demos is not None and not her_on:
+        if sources["demos.path"].startswith("preset"):
+            raise CLIError(f"{sources['demos.path'].partition(' [')[0]} learns from demonstrations "
+                           f"(demos.path={demos.path}), which live in the HER buffer's own store: it needs HER "
+                           "(leave out --no-her, or choose a preset without demonstrations)")
         raise CLIError("demonstrations live in the HER buffer's own store: --demos needs HER (leave out --no-her)")
     config = TrainConfig(
         algo=algo, env=env, env_kwargs=sections["env"], seed=seed, preset=preset, hyperparameters=hyperparameters,
         her=settings["her"] if her_on else None, policy=settings["policy"], noise=settings["noise"],
-        eval=settings["eval"], checkpoint=settings["checkpoint"], demos=demos, **run,
+        eval=settings["eval"], checkpoint=settings["checkpoint"], demos=demos, notes=tuple(notes), **run,
     )
     validate_config(config)
     return config
+
+
+def _replaced_demos_note(path: Any, source: str, preset_path: Any, preset_source: str) -> str:
+    """What a run says when the command line's demonstrations replace a preset's (a ``*_demos`` preset's scripted
+    expert): the command line wins, as everywhere, and a preset's recipe measured with other demonstrations is
+    worth a word."""
+    flag = "--demos" if source == "the command-line flags" else "--set demos.path"
+
+    def described(value: Any) -> str:
+        if isinstance(value, str) and value.partition(":")[0] == "scripted":
+            count = value.partition(":")[2] or "100"
+            return f"{count} episodes of herl's scripted expert, recorded in the run"
+        return str(value)
+
+    return (f"demonstrations: {described(path)}, from {flag}, not those of {preset_source.partition(' [')[0]} "
+            f"({described(preset_path)}): the command line wins over a preset")
 
 
 def _section(cls: type, values: dict[str, Any], name: str) -> Any:

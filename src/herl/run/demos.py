@@ -5,17 +5,24 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from gymnasium import spaces
 
 from herl.run.errors import CLIError, MissingExtraError, output_file
 from herl.run.evaluate import find_models, load_model
 
 
 def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, env_kwargs: dict[str, Any],
-           successful_only: bool, device: str) -> str:
+           successful_only: bool, device: str, settings_from: str = "") -> str:
     """Record ``episodes`` episodes of ``policy`` (``scripted`` or a model / run folder) on ``env_id`` into the Minari
-    dataset folder ``output``; returns a line saying what was written."""
+    dataset folder ``output``; returns a line saying what was written.
+
+    The env is made as a run's evaluation env is, from ``env_kwargs`` (:func:`~herl.run.envs.make_env`): with its
+    action repeat and time feature, which the dataset's metadata names (``herl_env``), and without the training-only
+    start distributions. ``settings_from`` says where ``env_kwargs`` came from, for the line."""
     from herl.demos import DatasetError, generate_expert_traj, scripted_expert
     from herl.demos.dataset import check_dataset_target
     from herl.run.envs import make_env
@@ -38,6 +45,16 @@ def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, 
         expert = load_model(models[0].path, device)
     env = make_env(env_id, env_kwargs)
     try:
+        if policy != "scripted" and (expert.observation_space != env.observation_space
+                                     or expert.action_space != env.action_space):
+            run = models[0]
+            trained = ("" if run.env is None else f" (its run's: env {run.env}, " + (", ".join(
+                f"env.{k}={_toml(v)}" for k, v in run.env_kwargs.items()) or "no env settings") + ")")
+            raise CLIError(f"{policy} was trained on another env than {env_id} with "
+                           f"{', '.join(f'env.{k}={_toml(v)}' for k, v in env_kwargs.items()) or 'no env settings'}: "
+                           f"its observations are {_shapes(expert.observation_space)}, the env's "
+                           f"{_shapes(env.observation_space)}; "
+                           f"record with the --preset, --algo and --set it was trained with{trained}")
         demos = generate_expert_traj(expert, output, env, n_episodes=episodes, seed=seed,
                                      successful_only=successful_only)
     except (DatasetError, RuntimeError) as err:
@@ -45,7 +62,104 @@ def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, 
     finally:
         env.close()
     success = "" if demos.successes is None else f", {demos.successes.mean():.2f} of them successful"
-    return f"wrote {demos.n_episodes} episodes ({len(demos):,} steps{success}) to {output}"
+    settings = describe_env_settings(demos.env_settings or {})
+    return (f"wrote {demos.n_episodes} episodes ({len(demos):,} steps{success}) to {output}, recorded through "
+            f"{settings}" + (f" ({settings_from})" if settings_from else ""))
+
+
+def _shapes(space: spaces.Space) -> str:
+    if isinstance(space, spaces.Dict):
+        return "{" + ", ".join(f"{key!r}: {_shapes(sub)}" for key, sub in space.spaces.items()) + "}"
+    return str(getattr(space, "shape", space))
+
+
+def describe_env_settings(settings: Mapping[str, Any]) -> str:
+    """``env.action_repeat=3, env.time_feature=true``: the settings as ``--set`` takes them."""
+    return ", ".join(f"env.{key}={_toml(value)}" for key, value in settings.items())
+
+
+def _toml(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def check_demos_env(config: Any, env: Any) -> str | None:
+    """Check that ``env``, the env a run of ``config`` trains on, is the env its demonstrations were recorded in:
+    the same action repeat and time feature (:data:`~herl.demos.dataset.ENV_SETTINGS`). A CLIError names what
+    differs and both ways out; for a dataset that does not say (one recorded by another tool), the observation
+    spaces are compared, and an error names the likely causes. Returns a note for the run where the dataset does not
+    say and the run repeats actions (nothing else can tell one step from several), else None."""
+    from herl.demos.dataset import DatasetError, check_space_match, recorded_env
+    from herl.demos.record import env_settings
+
+    if config.demos is None:
+        return None
+    single = env.envs[0] if hasattr(env, "envs") else env
+    ours = env_settings(single)
+    path = config.demos.path
+    try:
+        recorded = recorded_env(path)
+    except (DatasetError, ImportError):  # no dataset there (yet: scripted[:N]), or a damaged one: the buffer says so
+        return None
+    theirs = recorded.settings
+    source = f" (preset {config.preset}, then --set)" if config.preset else ""
+    again = f"record them again through the run's env: {_record_command(config, ours)}"
+    if theirs is not None:
+        differ = [key for key in ours if theirs[key] != ours[key]]
+        if not differ:
+            return None
+        back = " ".join(f"--set env.{key}={_toml(theirs[key])}" for key in differ)
+        recorded_with = describe_env_settings({key: theirs[key] for key in differ})
+        raise CLIError(
+            f"the demonstrations at {path} were recorded through {recorded_with}, but this run's env has "
+            f"{describe_env_settings({key: ours[key] for key in differ})}{source}, so their steps and observations "
+            f"would not be the run's: {again} (herl record takes the same --preset, --algo and --set as herl train), "
+            f"or train on the env they were recorded in with {back}")
+    who = "a dataset of another tool, or of herl before it wrote them"
+    unknown = f"the dataset does not say which env wrappers it was recorded through ({who})"
+    try:
+        check_space_match(recorded.observation_space, single.observation_space, recorded.action_space,
+                          single.action_space, hint="")
+    except DatasetError as err:
+        back = "--set env.NAME=VALUE"
+        obs, data_obs = single.observation_space, recorded.observation_space
+        if isinstance(obs, spaces.Dict) and isinstance(data_obs, spaces.Dict) and "observation" in obs.spaces \
+                and "observation" in data_obs.spaces:
+            extra = obs["observation"].shape[-1] - data_obs["observation"].shape[-1]
+            if extra in (1, -1) and ours["time_feature"] == (extra == 1):
+                back = f"--set env.time_feature={_toml(extra != 1)}"
+        raise CLIError(
+            f"--demos {path}: {err}; {unknown}. This run's env has {describe_env_settings(ours)}{source}: a time "
+            f"feature (one more entry in 'observation') or an action repeat on one side only is the likely cause. "
+            f"If so, {again}, or train on the env they were recorded in with {back}") from None
+    if ours["action_repeat"] == 1:
+        return None
+    return (f"the demonstrations at {path} do not say which env wrappers they were recorded through ({who}); this "
+            f"run's env has env.action_repeat={ours['action_repeat']}, so each of their steps is taken as one decision "
+            f"of {ours['action_repeat']} env steps. If they were recorded at every env step, {again}, or train with "
+            "--set env.action_repeat=1")
+
+
+def _record_command(config: Any, settings: Mapping[str, Any]) -> str:
+    """``herl record ...`` for demonstrations through the env of a run of ``config``, whose wrappers are
+    ``settings``."""
+    words = ["herl", "record", "--env", config.env, *_preset_flags(config)]
+    words += [word for key, value in settings.items() for word in ("--set", f"env.{key}={_toml(value)}")]
+    return " ".join(map(shlex.quote, [*words, "-o", "NEW_DIR"]))
+
+
+def _preset_flags(config: Any) -> list[str]:
+    """The flags that choose ``config``'s preset and algorithm in ``herl record``, where they are not the env's
+    defaults."""
+    from herl.run.presets import load_presets, preset_for_env
+
+    default = preset_for_env(config.env)
+    flags = []
+    if config.preset is not None and (default is None or default.name != config.preset):
+        flags += ["--preset", config.preset] if config.preset in load_presets() else ["--config", config.preset]
+    preset = load_presets().get(config.preset) if config.preset else None
+    if preset is None or preset.algo != config.algo:
+        flags += ["--algo", config.algo]
+    return flags
 
 
 def export(target: Path, output: Path, *, fmt: str | None, check: bool, device: str) -> str:

@@ -52,6 +52,11 @@ class Preset:
             return self.envs[0]
         return None
 
+    def env_kwargs(self, algo: str) -> dict[str, Any]:
+        """The env settings (``env.NAME``, without ``env.``) that the preset gives a run of ``algo``."""
+        return {key[4:]: value for _, layer in self.layers(algo) for key, value in layer.items()
+                if key.startswith("env.")}
+
     def layers(self, algo: str) -> list[tuple[str, dict[str, Any]]]:
         """The preset's settings for ``algo``, as config layers."""
         source = f"preset {self.name!r}"

@@ -519,10 +519,17 @@ def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, 
 
 
 def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
+    from herl.run.demos import check_demos_env
+
     config = _record_scripted_demos(config, run_dir)
     env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
-    model = build_model(config, env)
-    notes = list(config.notes)
+    try:
+        demos_note = check_demos_env(config, env)  # before the buffer reads them: names the env settings that differ
+        model = build_model(config, env)
+    except BaseException:
+        env.close()
+        raise
+    notes = list(config.notes) + ([demos_note] if demos_note and demos_note not in config.notes else [])
     if "buffer_size" not in config.hyperparameters:
         notes.append(f"{_chosen_buffer_note(model.config.buffer_size)} (the run's steps, at least {MIN_BUFFER:,};"
                      f" {type(model).__name__}'s default is {type(model.config)().buffer_size:,}): set buffer_size to "
