@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pytest
 
 from herl.cli import main
@@ -35,20 +34,6 @@ def preset_file(path: Path, top: dict[str, Any], tables: dict[str, dict[str, Any
         lines += [f"{key} = {json.dumps(value)}" for key, value in {**BASE_TABLES.get(name, {}),
                                                                      **tables.get(name, {})}.items()]
     path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-@pytest.fixture(scope="module")
-def reach_demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("minari")
-    from herl.demos import generate_expert_traj
-    from herl.run.envs import make_env
-
-    def expert(obs: dict[str, np.ndarray]) -> np.ndarray:
-        return np.clip(10.0 * (obs["desired_goal"] - obs["achieved_goal"]), -1.0, 1.0).astype(np.float32)
-
-    path = tmp_path_factory.mktemp("demos") / "reach"
-    generate_expert_traj(expert, path, make_env("herl/PointReach-v0"), n_episodes=2, seed=0)
     return path
 
 
