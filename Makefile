@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 # the installers' output goes to a log, printed only when they fail
 QUIET = > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 
-.PHONY: demo test install bench clean
+.PHONY: demo test test-slow install bench clean
 
 $(PY):
 	@echo "creating $(VENV) and installing herl (the installers' output: $(VENV)/install.log)"
@@ -31,8 +31,12 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) -m herl.demo
 
+# the suite without the tests that learn for seconds or start Ray (marked slow); CI runs both
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
 
 bench: $(VENV)/.torch-installed
 	@$(PIP) install --quiet -e ".[test,bench]" $(QUIET)

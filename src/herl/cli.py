@@ -311,7 +311,7 @@ def _share_cores(args: argparse.Namespace, configs: list[Any]) -> list[Any]:
     threads = _threads_beside(asked, min(args.jobs, len(configs)), explicit=explicit)
     if threads is None:
         return configs
-    note = (f"threads={threads} per run, not the settings' {asked}: the runs at once share the CPU cores "
+    note = (f"threads={threads} per run, not the settings' {asked}: fitted to the CPU cores free when the run started "
             "(--threads N chooses)")
     return [dataclasses.replace(c, threads=threads, notes=(*c.notes, note)) for c in configs]
 
@@ -319,19 +319,25 @@ def _share_cores(args: argparse.Namespace, configs: list[Any]) -> list[Any]:
 def _threads_beside(threads: int, parallel: int, *, explicit: bool) -> int | None:
     """The torch threads for a run of ``threads`` trained beside ``parallel - 1`` others when they are too many for
     the CPU cores (None when they fit, or when the command asked for them: then a note says what they cost)."""
-    from herl.run.train import available_cpus, threads_per_run
+    from herl.run.train import available_cpus, busy_cores, free_cores, threads_per_run
 
     cpus = available_cpus()
-    fit = threads_per_run(threads, parallel, cpus)
+    if threads <= 1:
+        return None
+    busy = busy_cores()
+    free = free_cores(cpus, busy)
+    fit = threads_per_run(threads, parallel, free)
     if fit == threads:
         return None
+    why = (f"{parallel} runs at once share {cpus} CPU cores" if free == cpus else
+           f"other work keeps {busy:.1f} of the {cpus} CPU cores busy" + (f" and {parallel} runs share the rest"
+                                                                         if parallel > 1 else ""))
     if explicit:
-        print(f"herl train: note: {parallel} runs at once with {threads} torch threads each are {parallel * threads} "
-              f"threads on {cpus} CPU cores: threads beyond the cores slow every run several-fold (docs/cli.md, "
-              f"\"Threads\"); --threads {fit} fits", file=sys.stderr, flush=True)
+        print(f"herl train: note: {threads} torch threads per run, as asked, but {why}: threads beyond the free cores "
+              f"slow every run several-fold (docs/cli.md, \"Threads\"); --threads {fit} fits", file=sys.stderr,
+              flush=True)
         return None
-    print(f"herl train: note: {fit} torch thread(s) per run, not {threads}: {parallel} runs at once share {cpus} CPU "
-          "cores", file=sys.stderr, flush=True)
+    print(f"herl train: note: {fit} torch thread(s) per run, not {threads}: {why}", file=sys.stderr, flush=True)
     return fit
 
 

@@ -192,6 +192,41 @@ def test_threads_per_run_fit_the_cores() -> None:
     assert threads_per_run(2, parallel=2, cpus=16) == 2  # never more than asked
 
 
+def test_a_run_on_a_busy_machine_gets_the_threads_of_its_free_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A laptop always has other work running: a preset's two threads on 2 cores of which other work keeps one busy
+    ran at a few decisions a second (their spinning threads wait for the busy core); the run takes one thread and says
+    why, and threads asked for are kept with a note of the cost. Idle, the preset's two are kept."""
+    import herl.run.train as train
+
+    monkeypatch.setattr(train, "available_cpus", lambda: 2)
+    preset = tmp_path / "two_threads.toml"
+    preset.write_text('description = "bits"\nenvs = ["herl/BitFlipping-v0"]\nalgo = "dqn"\nthreads = 2\n')
+    for busy, name, expected in ((1.2, "busy", 1), (0.3, "idle", 2)):
+        monkeypatch.setattr(train, "busy_cores", lambda busy=busy: busy)
+        assert herl("train", "--config", preset, *TINY, "--run-dir", tmp_path / name) == 0
+        config = json.loads((tmp_path / name / "seed_0" / "config.json").read_text())
+        err = capsys.readouterr().err
+        assert config["threads"] == expected
+        if expected == 1:
+            assert "1 torch thread(s) per run, not 2: other work keeps 1.2 of the 2 CPU cores busy" in err
+            assert any(n.startswith("threads=1 per run, not the settings' 2: fitted to the CPU cores free") for n in
+                       config["notes"])
+    monkeypatch.setattr(train, "busy_cores", lambda: 1.2)
+    assert herl("train", "--config", preset, *TINY, "--threads", "2", "--run-dir", tmp_path / "asked") == 0
+    assert "2 torch threads per run, as asked, but other work keeps 1.2 of the 2 CPU cores busy" in \
+        capsys.readouterr().err
+    assert json.loads((tmp_path / "asked" / "seed_0" / "config.json").read_text())["threads"] == 2
+
+
+def test_busy_cores_reads_the_machine_and_leaves_out_this_process() -> None:
+    """Idle but for this process spinning, the machine's other work is well under a core."""
+    import herl.run.train as train
+
+    assert 0.0 <= train.busy_cores(0.05) < (os.cpu_count() or 1) + 0.5
+    assert train.free_cores(2, 1.2) == 1 and train.free_cores(2, 0.3) == 2 and train.free_cores(2, 5.0) == 1
+
+
 def test_runs_trained_at_once_get_threads_that_fit_the_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A preset's two threads are for a run alone on 2 cores: --jobs 2 lowers them to one per run (four runs of two
@@ -200,6 +235,7 @@ def test_runs_trained_at_once_get_threads_that_fit_the_cores(tmp_path: Path, mon
     import herl.run.train as train
 
     monkeypatch.setattr(train, "available_cpus", lambda: 2)
+    monkeypatch.setattr(train, "busy_cores", lambda: 0.0)  # an idle machine (the next test makes it busy)
     preset = tmp_path / "two_threads.toml"
     preset.write_text('description = "bits"\nenvs = ["herl/BitFlipping-v0"]\nalgo = "dqn"\nthreads = 2\n')
 
@@ -215,7 +251,7 @@ def test_runs_trained_at_once_get_threads_that_fit_the_cores(tmp_path: Path, mon
 
     assert herl("train", *TINY, "--threads", "2", "--seed", "0", "1", "--jobs", "2", "--run-dir", tmp_path / "b") == 0
     err = capsys.readouterr().err
-    assert "2 runs at once with 2 torch threads each are 4 threads on 2 CPU cores" in err and "--threads 1 fits" in err
+    assert "2 torch threads per run, as asked, but 2 runs at once share 2 CPU cores" in err and "--threads 1 fits" in err
     assert threads(tmp_path / "b", 0)[0] == 2  # asked for: kept
 
     assert herl("train", "--config", preset, *TINY, "--seed", "0", "1", "--run-dir", tmp_path / "c") == 0

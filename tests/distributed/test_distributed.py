@@ -21,6 +21,9 @@ from herl.cli import main
 from herl.run.checkpoint import latest_checkpoint
 from herl.run.errors import CLIError
 
+# Ray starts a local cluster per test module and its tests train through it: the slow set (`make test-slow`)
+pytestmark = pytest.mark.slow
+
 # Bit flipping with 4 bits: episodes of at most 4 steps, learned by DQN + HER in about a thousand steps.
 BITS = ["--env", "herl/BitFlipping-v0", "--set", "env.n_bits=4", "--set", "learning_starts=200",
         "--set", "policy.net_arch=[64,64]", "--set", "batch_size=64", "--set", "eval.episodes=20",

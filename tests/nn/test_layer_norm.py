@@ -92,6 +92,7 @@ def test_dqn_q_network_has_layer_norm_with_either_value():
         assert model.q_net.norms is not None and model.q_net_target.norms is not None
 
 
+@pytest.mark.slow
 def test_sac_with_layer_norm_learns_saves_and_loads(tmp_path):
     env = PointReachEnv()
     model = SAC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=0, learning_starts=200,

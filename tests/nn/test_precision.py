@@ -58,6 +58,7 @@ def test_networks_without_two_hidden_layers_are_unchanged():
     assert torch.equal(reference(x), mixed(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", [SAC, TQC], ids=lambda a: a.__name__)
 def test_bfloat16_models_learn_save_and_load(algo, tmp_path):
     env = PointReachEnv()

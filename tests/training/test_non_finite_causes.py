@@ -97,6 +97,7 @@ class Float64Overflow(gym.ObservationWrapper):
         return out
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # numpy's, as the value is stored
 @pytest.mark.parametrize("storage_device", [None, "cpu"])
 def test_a_float64_value_that_overflows_float32_is_named_as_such(storage_device):
     env = Float64Overflow(PointReachEnv())
@@ -123,6 +124,7 @@ def test_a_non_finite_info_entry_is_named():
                    truncated=False)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 def test_plain_replay_names_the_overflowing_observation_too():
     obs_space, act_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32), gym.spaces.Box(-1, 1, (2,))
     buffer = ReplayBuffer(100, obs_space, act_space)

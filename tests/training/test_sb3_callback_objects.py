@@ -96,6 +96,7 @@ def test_sb3_stop_callback_under_herl_eval_callback_reads_its_best_mean_reward()
     assert stop.parent is evaluation and model.num_timesteps < 2000 and stop.no_improvement_evals == 1
 
 
+@pytest.mark.filterwarnings("ignore::tqdm.TqdmExperimentalWarning")  # SB3's bar uses tqdm.rich
 def test_progress_bar_callback():
     pytest.importorskip("rich")
     bar = sb3_callbacks.ProgressBarCallback()

@@ -65,6 +65,34 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def busy_cores(interval: float = 0.25) -> float:
+    """How many cores other work keeps busy right now: the machine's busy share over ``interval`` seconds, from
+    /proc/stat (Linux), times its cores, less this process's own use; 0 where that cannot be read. The load average
+    would lag a minute behind: a run started just after another would take its cores for busy ones."""
+    def sample() -> tuple[int, int, float]:
+        with open("/proc/stat", encoding="ascii") as f:
+            values = [int(v) for v in f.readline().split()[1:9]]
+        own = os.times()
+        return values[3] + values[4], sum(values), own.user + own.system
+
+    try:
+        idle0, total0, own0 = sample()
+        time.sleep(interval)
+        idle1, total1, own1 = sample()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if total1 <= total0:
+        return 0.0
+    cores = os.cpu_count() or 1
+    busy = (1.0 - (idle1 - idle0) / (total1 - total0)) * cores - (own1 - own0) / interval
+    return max(0.0, busy)
+
+
+def free_cores(cpus: int, busy: float) -> int:
+    """The cores of ``cpus`` left for a run when other work keeps ``busy`` of them busy (one at least)."""
+    return max(1, cpus - int(busy + 0.5))
+
+
 def threads_per_run(threads: int, parallel: int, cpus: int) -> int:
     """The torch threads each of ``parallel`` runs training at once on ``cpus`` cores gets: ``threads``, or fewer,
     so that the runs' threads together fit the cores (one at least). Torch's threads spin while they wait for one
