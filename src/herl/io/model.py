@@ -92,11 +92,7 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
     # file's layout is the model's, and a reader need not guess which networks an empty entry would have named
     nets = list(model.nets)
     if model._last_obs is not None:  # where the envs were, for load(..., env=the same envs, force_reset=False)
-        obs = model._last_obs
-        for key, value in (obs.items() if isinstance(obs, Mapping) else [("", obs)]):
-            arrays[f"loop/last_obs/{key}"] = np.asarray(value)
-        arrays["loop/ep_returns"] = np.asarray(model._ep_returns, dtype=np.float64)
-        arrays["loop/ep_lengths"] = np.asarray(model._ep_lengths, dtype=np.int64)
+        arrays.update(loop_arrays(model))
     arrays["torch_rng"] = model.torch_rng.get_state().numpy()  # a CPU and a CUDA generator's states differ in form
     noise = model.action_noise
     meta = {
@@ -270,11 +266,30 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     return model
 
 
+LAST_OBS = "loop/last_obs/"
+
+
+def loop_arrays(model: Any) -> dict[str, np.ndarray]:
+    """The loop's place in its envs: the observations to act from next and the running episodes' returns and
+    lengths (a model file keeps them; a checkpoint's training state too)."""
+    obs = model._last_obs
+    arrays = {f"{LAST_OBS}{key}": np.asarray(value)
+              for key, value in (obs.items() if isinstance(obs, Mapping) else [("", obs)])}
+    arrays["loop/ep_returns"] = np.asarray(model._ep_returns, dtype=np.float64)
+    arrays["loop/ep_lengths"] = np.asarray(model._ep_lengths, dtype=np.int64)
+    return arrays
+
+
+def saved_last_obs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The observations :func:`loop_arrays` wrote, by observation key ("" for a Box space)."""
+    return {k[len(LAST_OBS):]: v for k, v in arrays.items() if k.startswith(LAST_OBS)}
+
+
 def _restore_last_observations(path: Path, model: Any, arrays: dict[str, np.ndarray]) -> None:
     """``load(..., env=envs, force_reset=False)`` (SB3's): go on from the observations the saved model would have acted
     on next, in ``envs`` as they are (the caller's promise that they kept their state); a file without them, or whose
     envs were more or fewer, resets as usual."""
-    saved = {k[len("loop/last_obs/"):]: v for k, v in arrays.items() if k.startswith("loop/last_obs/")}
+    saved = saved_last_obs(arrays)
     returns, lengths = arrays.get("loop/ep_returns"), arrays.get("loop/ep_lengths")
     if not saved or returns is None or lengths is None or returns.shape != (model.n_envs,) \
             or lengths.shape != (model.n_envs,):

@@ -29,6 +29,7 @@ import numpy as np
 
 from herl.errors import ArchiveError
 from herl.io.archive import read_archive, write_archive
+from herl.io.model import loop_arrays, saved_last_obs
 from herl.io.atomic import atomic_folder, atomic_write, share_like_new_files  # noqa: F401 (herl.run.train's)
 from herl.run.envs import ReplayMismatch, recorders
 
@@ -143,12 +144,7 @@ def remove_partial_checkpoints(run_dir: Path) -> None:
 
 
 def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    arrays: dict[str, np.ndarray] = {
-        "loop/ep_returns": np.asarray(model._ep_returns), "loop/ep_lengths": np.asarray(model._ep_lengths),
-    }
-    obs = model._last_obs
-    for key, value in (obs.items() if isinstance(obs, dict) else [("", obs)]):
-        arrays[f"loop/last_obs/{key}"] = np.asarray(value)
+    arrays = loop_arrays(model)
     env_meta = []
     for i, recorder in enumerate(recorders(env)):
         record, actions = recorder.snapshot()
@@ -206,7 +202,7 @@ def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict
         model.action_noise.rng.bit_generator.state = meta["noise"]["rng_state"]
         if hasattr(model.action_noise, "noise_prev"):
             model.action_noise.noise_prev = np.asarray(meta["noise"]["noise_prev"], dtype=np.float64)
-    saved = {k[len("loop/last_obs/"):]: v for k, v in arrays.items() if k.startswith("loop/last_obs/")}
+    saved = saved_last_obs(arrays)
     envs = recorders(env)
     try:
         observations = _stack([rec.restore(record, arrays[f"env/{i}/actions"])

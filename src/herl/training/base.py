@@ -324,11 +324,6 @@ class OffPolicyAlgorithm:
         """Polyak averaging ``target <- (1 - tau) target + tau source`` in one fused op."""
         torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
-    @property
-    def learning_rate(self) -> float:
-        """Adam's step size (``config.learning_rate``; SB3's attribute)."""
-        return self.config.learning_rate
-
     # ------------------------------------------------------------------ spaces, envs, buffer
     def _check_spaces(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         if not isinstance(action_space, self.action_space_types):
