@@ -22,7 +22,7 @@ OUT_DIR=${1:-${OUT:-/tmp/gpu_check}}
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/gpu_check.log"
 PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 MUJOCO_GL=egl
+export PYTHONUNBUFFERED=1 MUJOCO_GL=disable  # no rendering here; EGL may be absent
 if ! "$PY" -c "import gymnasium, gymnasium_robotics, mujoco" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site
