@@ -1,52 +1,83 @@
-"""How fast this CPU multiplies the matrices of an update, bfloat16 against float32, in one process run.
+"""How fast this CPU multiplies the matrices of an update, in one process run: float32 through PyTorch's own op
+(MKL), float32 through oneDNN (herl's path on AMD processors with AVX-512, herl.nn.gemm), bfloat16, and float32
+through JAX's XLA when JAX is installed (the speed peer SBX's path).
 
-Times ``torch.bmm`` of a batch of rows through each critic's hidden-to-hidden layer, ``(critics, batch, width) x
-(critics, width, width)``, the op that dominates a TQC update, and prints ms per op, multiply-adds per second and
-the bfloat16 / float32 ratio, for each ``--width``. The two dtypes take turns, so load on the machine affects both.
+Times the op that dominates a TQC update, each critic's hidden-to-hidden layer on a batch of rows, ``(critics,
+batch, width) x (critics, width, width)``, and prints ms per op, multiply-adds per second and each path's speed
+against PyTorch's float32, for each ``--width``. The paths take turns, so load on the machine affects all of them.
+JAX is held to one core with ``--threads 1`` (XLA_FLAGS set before it is imported).
 
 Usage::
 
-    python benchmarks/matmul_rate.py --width 512 768 1024 --batch 256 --threads 1
+    python benchmarks/matmul_rate.py --width 256 512 --batch 256 --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from collections.abc import Callable
 
 import torch
 
 
-def ms_per_op(a: torch.Tensor, w: torch.Tensor, repeats: int) -> float:
-    torch.bmm(a, w)
+def ms_per_op(op: Callable[[], object], repeats: int) -> float:
+    op()
     start = time.perf_counter()
     for _ in range(repeats):
-        torch.bmm(a, w)
+        result = op()
+    if hasattr(result, "block_until_ready"):
+        result.block_until_ready()
     return (time.perf_counter() - start) / repeats * 1e3
+
+
+def paths(critics: int, batch: int, width: int) -> dict[str, Callable[[], object]]:
+    a, w = torch.randn(critics, batch, width), torch.randn(critics, width, width)
+    a16, w16 = a.to(torch.bfloat16), w.to(torch.bfloat16)
+    linear = torch.ops.mkldnn._linear_pointwise
+    wt = [w[i].t() for i in range(critics)]
+    found = {
+        "float32 (PyTorch)": lambda: torch.bmm(a, w),
+        "float32 (oneDNN)": lambda: [linear(a[i], wt[i], None, "none", [], "") for i in range(critics)],
+        "bfloat16 (PyTorch)": lambda: torch.bmm(a16, w16),
+    }
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return found
+    product = jax.jit(lambda x, y: jnp.einsum("cbi,cio->cbo", x, y))
+    ja, jw = jnp.asarray(a.numpy()), jnp.asarray(w.numpy())
+    found["float32 (JAX)"] = lambda: product(ja, jw)
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--width", type=int, nargs="+", default=[512])
+    parser.add_argument("--width", type=int, nargs="+", default=[256, 512])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--critics", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=3, help="turns of each dtype; the median is reported")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of each path; the median is reported")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if args.threads == 1:
+        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {args.batch}, {args.critics} critics")
-    print("| width | float32 ms | bfloat16 ms | bfloat16 G multiply-adds/s | bfloat16 / float32 |\n|---|---|---|---|---|")
+    print(f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} "
+          f"thread(s), batch {args.batch}, {args.critics} critics")
+    print("| width | path | ms | G multiply-adds/s | against float32 (PyTorch) |\n|---|---|---|---|---|")
     for width in args.width:
-        a = torch.randn(args.critics, args.batch, width)
-        w = torch.randn(args.critics, width, width)
-        times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
+        ops = paths(args.critics, args.batch, width)
+        times: dict[str, list[float]] = {name: [] for name in ops}
         for _ in range(args.rounds):
-            for dtype in times:
-                times[dtype].append(ms_per_op(a.to(dtype), w.to(dtype), args.repeats))
-        f32, bf16 = (sorted(t)[len(t) // 2] for t in times.values())
-        rate = args.critics * args.batch * width * width / (bf16 * 1e-3) / 1e9
-        print(f"| {width} | {f32:.2f} | {bf16:.2f} | {rate:.0f} | {f32 / bf16:.2f}x faster |")
+            for name, op in ops.items():
+                times[name].append(ms_per_op(op, args.repeats))
+        medians = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+        for name, ms in medians.items():
+            rate = args.critics * args.batch * width * width / (ms * 1e-3) / 1e9
+            print(f"| {width} | {name} | {ms:.3f} | {rate:.0f} | {medians['float32 (PyTorch)'] / ms:.2f}x |")
 
 
 if __name__ == "__main__":

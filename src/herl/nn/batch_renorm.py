@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from herl.nn import gemm
 from herl.nn.mlp import _uniform_, activation_class
 
 
@@ -118,7 +119,7 @@ class RenormMLP(nn.Module):
             if detach_params:
                 w, b = w.detach(), b.detach()
             x = norm(x, detach_params=detach_params)
-            x = torch.baddbmm(b, x, w) if self.n_members is not None else torch.addmm(b, x, w)
+            x = gemm.baddbmm(b, x, w) if self.n_members is not None else gemm.addmm(b, x, w)
             if i < last:
                 x = self.activation(x)
         return x

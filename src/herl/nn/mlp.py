@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from herl.nn import gemm
 from herl.nn.acting import ActingNetwork
 
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16}
@@ -89,18 +90,21 @@ class MLP(ActingNetwork, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         *hidden, last = self.layers
         dtype = self.hidden_dtype if len(hidden) > 1 else None
+        fuse_relu = self.norms is None and isinstance(self.activation, nn.ReLU)  # one pass for linear and ReLU
         for i, layer in enumerate(hidden):
             if i == 0 or dtype is None:
-                x = layer(x)
+                x = gemm.addmm(layer.bias, x, layer.weight.t(), relu=fuse_relu)
             else:
                 x = nn.functional.linear(x, layer.weight.to(dtype), layer.bias.to(dtype))
+                x = torch.relu(x) if fuse_relu else x
             if self.norms is not None:
                 norm = self.norms[i]
                 x = _layer_norm(x, norm.normalized_shape[0], norm.weight, norm.bias)
-            x = self.activation(x)
+            if not fuse_relu:
+                x = self.activation(x)
             if i == 0 and dtype is not None:
                 x = x.to(dtype)
-        return last(x if dtype is None else x.float())
+        return gemm.addmm(last.bias, x if dtype is None else x.float(), last.weight.t())
 
 
 class EnsembleMLP(nn.Module):
@@ -159,22 +163,24 @@ class EnsembleMLP(nn.Module):
         if detach_params:
             weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
             norms = [(w.detach(), b.detach()) for w, b in norms] if norms is not None else None
-        h = torch.addmm(biases[0], x, weights[0])  # (batch, members * hidden)
-        h = h.view(x.shape[0], self.n_members, -1).transpose(0, 1)
+        fuse_relu = norms is None and isinstance(self.activation, nn.ReLU)  # one pass for linear and ReLU
+        h = gemm.ensemble_input_layer(biases[0], x, weights[0], self.n_members, relu=fuse_relu)  # (members, batch, hidden)
         if norms is not None:
             h = _layer_norm(h, self.dims[1], *norms[0])
-        h = self.activation(h)
+        if not fuse_relu:
+            h = self.activation(h)
         dtype = self.hidden_dtype if len(weights) > 2 else None
         if dtype is not None:
             h = h.to(dtype)
             weights[1:-1] = [w.to(dtype) for w in weights[1:-1]]
             biases[1:-1] = [b.to(dtype) for b in biases[1:-1]]
         for i in range(1, len(weights) - 1):
-            h = torch.baddbmm(biases[i], h, weights[i])
+            h = gemm.baddbmm(biases[i], h, weights[i], relu=fuse_relu)
             if norms is not None:
                 h = _layer_norm(h, self.dims[i + 1], *norms[i])
-            h = self.activation(h)
-        return torch.baddbmm(biases[-1], h if dtype is None else h.float(), weights[-1])
+            if not fuse_relu:
+                h = self.activation(h)
+        return gemm.baddbmm(biases[-1], h if dtype is None else h.float(), weights[-1])
 
     @torch.no_grad()
     def load_member_(self, member: int, mlp: MLP) -> None:

@@ -1,0 +1,139 @@
+"""Env steps per second while learning: herl against SBX (SB3 in JAX), Stable-Baselines3 and sb3-contrib, the
+libraries taking turns in one process, one core, the same recipe.
+
+Tasks (``--task``):
+
+* ``push``: TQC + HER (future, k=4) on FetchPush-v4, [256, 256] networks, batch 256, learning rate 1e-3,
+  gamma 0.95, tau 0.05, 25 quantiles, 2 dropped per critic; peers SBX and sb3-contrib.
+* ``push512``: the same at the fetch_push preset's network size, [512, 512, 512].
+* ``reach``: SAC + HER (future, k=4) on FetchReach-v4, [64, 64], batch 256, the same rates; peers SBX and SB3.
+
+herl runs twice: with its default precision (``auto``: bfloat16 hidden layers where the CPU multiplies in them
+natively, else float32; the line says which) and in float32. Each variant learns ``learning_starts + --warmup``
+steps first (SBX compiles its update then), then ``--steps`` more are timed; ``--rounds`` turns, medians reported,
+with herl's ratio to each peer. The process is pinned to ``--core`` and JAX and PyTorch to one thread each
+(XLA_FLAGS is set before JAX is imported).
+
+Usage::
+
+    python benchmarks/speed_peers.py --task push --steps 600 --rounds 3
+    python benchmarks/speed_peers.py --task reach --steps 1000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+import warnings
+from collections.abc import Callable
+
+warnings.filterwarnings("ignore")
+
+TASKS = {
+    "push": dict(env="FetchPush-v4", algo="tqc", net_arch=[256, 256], learning_starts=1000),
+    "push512": dict(env="FetchPush-v4", algo="tqc", net_arch=[512, 512, 512], learning_starts=1000),
+    "reach": dict(env="FetchReach-v4", algo="sac", net_arch=[64, 64], learning_starts=100),
+}
+
+
+def recipe(task: dict) -> dict:
+    policy_kwargs = dict(net_arch=list(task["net_arch"]), n_critics=2)
+    kwargs = dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=task["learning_starts"], batch_size=256,
+                  tau=0.05, gamma=0.95, train_freq=1, gradient_steps=1, policy_kwargs=policy_kwargs,
+                  replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"))
+    if task["algo"] == "tqc":
+        kwargs["top_quantiles_to_drop_per_net"] = 2
+        policy_kwargs["n_quantiles"] = 25
+    return kwargs
+
+
+def make_env(env_id: str):
+    import gymnasium as gym
+    import gymnasium_robotics
+
+    gym.register_envs(gymnasium_robotics)
+    return gym.make(env_id)
+
+
+def builders(task: dict) -> dict[str, Callable[[], object]]:
+    """name -> a function that builds a fresh model of that library for the task."""
+
+    def herl(precision: str) -> Callable[[], object]:
+        def build():
+            import herl
+
+            kwargs = recipe(task)
+            kwargs["policy_kwargs"]["precision"] = precision
+            cls = herl.TQC if task["algo"] == "tqc" else herl.SAC
+            return cls("MultiInputPolicy", make_env(task["env"]), replay_buffer_class=herl.HerReplayBuffer, seed=0,
+                       device="cpu", **kwargs)
+        return build
+
+    def sbx():
+        import sbx
+        from stable_baselines3 import HerReplayBuffer
+
+        cls = sbx.TQC if task["algo"] == "tqc" else sbx.SAC
+        return cls("MultiInputPolicy", make_env(task["env"]), replay_buffer_class=HerReplayBuffer, seed=0, **recipe(task))
+
+    def torch_peer():
+        from stable_baselines3 import SAC, HerReplayBuffer
+
+        if task["algo"] == "tqc":
+            from sb3_contrib import TQC as cls
+        else:
+            cls = SAC
+        return cls("MultiInputPolicy", make_env(task["env"]), replay_buffer_class=HerReplayBuffer, seed=0,
+                   device="cpu", **recipe(task))
+
+    peer = "sb3-contrib" if task["algo"] == "tqc" else "SB3"
+    return {"herl (auto precision)": herl("auto"), "herl float32": herl("float32"), "SBX": sbx, peer: torch_peer}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), default="push")
+    parser.add_argument("--steps", type=int, default=600, help="env steps timed per turn")
+    parser.add_argument("--warmup", type=int, default=100, help="env steps learned after learning starts, untimed")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--core", type=int, default=0, help="the CPU core the process is pinned to")
+    parser.add_argument("--only", nargs="+", help="variants to run (names as printed), default all")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {args.core})
+    os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    from herl.nn import gemm
+    from herl.nn.mlp import resolve_precision
+
+    task = TASKS[args.task]
+    variants = builders(task)
+    if args.only:
+        variants = {name: build for name, build in variants.items() if name in args.only}
+    print(f"# {args.task}: {task}; {platform.processor() or platform.machine()}, torch {torch.__version__} "
+          f"({torch.backends.cpu.get_cpu_capability()}), herl's auto precision here: "
+          f"{resolve_precision('auto', torch.device('cpu'))}, herl's float32 matmuls: {gemm.cpu_backend()}; "
+          f"one core ({args.core}), one thread", flush=True)
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    for turn in range(args.rounds):
+        for name, build in variants.items():
+            model = build()
+            model.learn(task["learning_starts"] + args.warmup)
+            start = time.perf_counter()
+            model.learn(args.steps, reset_num_timesteps=False)
+            rates[name].append(args.steps / (time.perf_counter() - start))
+            print(f"[{turn}] {name}: {rates[name][-1]:.1f} env steps/s", flush=True)
+            del model
+    medians = {name: float(np.median(r)) for name, r in rates.items()}
+    print("median: " + ", ".join(f"{name} {rate:.1f}" for name, rate in medians.items()))
+    for mine in (n for n in medians if n.startswith("herl")):
+        print(f"{mine}: " + ", ".join(f"{medians[mine] / rate:.2f}x {peer}" for peer, rate in medians.items()
+                                      if not peer.startswith("herl")))
+
+
+if __name__ == "__main__":
+    main()
