@@ -7,9 +7,14 @@ batch, width) x (critics, width, width)``, and prints ms per op, multiply-adds p
 against PyTorch's float32, for each ``--width``. The paths take turns, so load on the machine affects all of them.
 JAX is held to one core with ``--threads 1`` (XLA_FLAGS set before it is imported).
 
+``--layers`` times instead one ensemble layer (2 members, ReLU) forward and backward through herl.nn.gemm, PyTorch's
+path against oneDNN's, for products from 256x32x64 to 512x256x256 (rows x inner x outer): where oneDNN's path starts
+to pay, which sets ``herl.nn.gemm.MIN_MULTIPLY_ADDS``.
+
 Usage::
 
     python benchmarks/matmul_rate.py --width 256 512 --batch 256 --threads 1
+    python benchmarks/matmul_rate.py --layers --threads 1
 """
 
 from __future__ import annotations
@@ -53,6 +58,33 @@ def paths(critics: int, batch: int, width: int) -> dict[str, Callable[[], object
     return found
 
 
+def layers(repeats: int, rounds: int) -> None:
+    from herl.nn import gemm
+
+    print("| rows x inner x outer | PyTorch µs | oneDNN µs | PyTorch / oneDNN |\n|---|---|---|---|")
+    for rows in (256, 512):
+        for inner, outer in [(32, 64), (64, 64), (64, 128), (128, 128), (32, 256), (256, 25), (128, 256), (256, 256)]:
+            x = torch.randn(rows, inner, requires_grad=True)
+            w = torch.randn(2, inner, outer, requires_grad=True)
+            bias = torch.randn(2, 1, outer, requires_grad=True)
+
+            def step() -> None:
+                gemm.baddbmm(bias, x.expand(2, rows, inner), w, relu=True).sum().backward()
+
+            times: dict[str, list[float]] = {"aten": [], "onednn": []}
+            minimum, gemm.MIN_MULTIPLY_ADDS = gemm.MIN_MULTIPLY_ADDS, 0
+            try:
+                for _ in range(rounds):
+                    for backend in times:
+                        gemm.set_cpu_backend(backend)
+                        times[backend].append(ms_per_op(step, repeats) * 1e3)
+            finally:
+                gemm.MIN_MULTIPLY_ADDS = minimum
+                gemm.set_cpu_backend("auto")
+            aten, onednn = (sorted(t)[len(t) // 2] for t in times.values())
+            print(f"| {rows}x{inner}x{outer} | {aten:.0f} | {onednn:.0f} | {aten / onednn:.2f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--width", type=int, nargs="+", default=[256, 512])
@@ -61,10 +93,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3, help="turns of each path; the median is reported")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--layers", action="store_true", help="time ensemble layers through herl.nn.gemm instead")
     args = parser.parse_args()
     if args.threads == 1:
         os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
     torch.set_num_threads(args.threads)
+    if args.layers:
+        torch.set_num_threads(args.threads)
+        return layers(args.repeats, args.rounds)
     print(f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} "
           f"thread(s), batch {args.batch}, {args.critics} critics")
     print("| width | path | ms | G multiply-adds/s | against float32 (PyTorch) |\n|---|---|---|---|---|")

@@ -8,8 +8,9 @@ Tasks (``--task``):
 * ``push512``: the same at the fetch_push preset's network size, [512, 512, 512].
 * ``reach``: SAC + HER (future, k=4) on FetchReach-v4, [64, 64], batch 256, the same rates; peers SBX and SB3.
 
-herl runs twice: with its default precision (``auto``: bfloat16 hidden layers where the CPU multiplies in them
-natively, else float32; the line says which) and in float32. Each variant learns ``learning_starts + --warmup``
+herl runs with its default precision (``auto``: bfloat16 hidden layers where the CPU multiplies in them natively,
+else float32; the line says which), in float32, and, where herl multiplies float32 through oneDNN (herl.nn.gemm),
+in float32 with PyTorch's own matmuls too. Each variant learns ``learning_starts + --warmup``
 steps first (SBX compiles its update then), then ``--steps`` more are timed; ``--rounds`` turns, medians reported,
 with herl's ratio to each peer. The process is pinned to ``--core`` and JAX and PyTorch to one thread each
 (XLA_FLAGS is set before JAX is imported).
@@ -57,6 +58,10 @@ def make_env(env_id: str):
     return gym.make(env_id)
 
 
+ATEN_VARIANT = "herl float32 (PyTorch's matmuls)"
+"""herl in float32 with PyTorch's own CPU matmuls (herl.nn.gemm's "aten"), where herl's rule chose oneDNN's."""
+
+
 def builders(task: dict) -> dict[str, Callable[[], object]]:
     """name -> a function that builds a fresh model of that library for the task."""
 
@@ -89,7 +94,8 @@ def builders(task: dict) -> dict[str, Callable[[], object]]:
                    device="cpu", **recipe(task))
 
     peer = "sb3-contrib" if task["algo"] == "tqc" else "SB3"
-    return {"herl (auto precision)": herl("auto"), "herl float32": herl("float32"), "SBX": sbx, peer: torch_peer}
+    return {"herl (auto precision)": herl("auto"), "herl float32": herl("float32"),
+            ATEN_VARIANT: herl("float32"), "SBX": sbx, peer: torch_peer}
 
 
 def main() -> None:
@@ -112,6 +118,8 @@ def main() -> None:
 
     task = TASKS[args.task]
     variants = builders(task)
+    if gemm.cpu_backend() == "aten":  # the rule keeps PyTorch's path here: the variant would repeat herl float32
+        del variants[ATEN_VARIANT]
     if args.only:
         variants = {name: build for name, build in variants.items() if name in args.only}
     print(f"# {args.task}: {task}; {platform.processor() or platform.machine()}, torch {torch.__version__} "
@@ -121,6 +129,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {name: [] for name in variants}
     for turn in range(args.rounds):
         for name, build in variants.items():
+            gemm.set_cpu_backend("aten" if name == ATEN_VARIANT else "auto")
             model = build()
             model.learn(task["learning_starts"] + args.warmup)
             start = time.perf_counter()

@@ -14,8 +14,10 @@ pytestmark = pytest.mark.skipif(not gemm.onednn_available(), reason="this PyTorc
 
 
 @pytest.fixture
-def backend():
-    """Set the backend for one test, and restore the rule after it."""
+def backend(monkeypatch):
+    """Set the backend for one test, and restore the rule after it; products of any size take the backend set (the
+    networks here are small)."""
+    monkeypatch.setattr(gemm, "MIN_MULTIPLY_ADDS", 0)
     yield gemm.set_cpu_backend
     gemm.set_cpu_backend("auto")
 
@@ -136,3 +138,19 @@ def test_traced_graphs_hold_pytorchs_standard_ops(backend):
     graph = str(traced.graph)
     assert "mkldnn" not in graph and "baddbmm" in graph
     torch.testing.assert_close(traced(x), net(x), rtol=1e-5, atol=1e-5)
+
+
+def test_small_products_keep_pytorchs_path(backend, monkeypatch):
+    """Below MIN_MULTIPLY_ADDS oneDNN's op is never called; at it, it is (and gives PyTorch's result)."""
+    backend("onednn")
+    calls = []
+    real = gemm._mm
+    monkeypatch.setattr(gemm, "_mm", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    net = NETWORKS["ensemble relu"](torch.Generator().manual_seed(0))
+    x = torch.randn(32, 7)
+    monkeypatch.setattr(gemm, "MIN_MULTIPLY_ADDS", 32 * 16 * 16 + 1)  # above every layer's product here
+    small = net(x)
+    assert not calls
+    monkeypatch.setattr(gemm, "MIN_MULTIPLY_ADDS", 32 * 16 * 16)  # the hidden layer's product reaches it
+    torch.testing.assert_close(net(x), small, rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2  # one per member, the hidden layer only

@@ -73,8 +73,15 @@ def _exporting() -> bool:
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
 
 
-def _choice_allows(*tensors: torch.Tensor) -> bool:
-    if cpu_backend() != "onednn":
+MIN_MULTIPLY_ADDS = 3_000_000
+"""Products smaller than this (rows x inner x outer, per member) keep PyTorch's path: below it, calling oneDNN from
+Python costs more than its faster kernel saves (forward and backward of a 2-member layer, one thread, PyTorch's time
+over oneDNN's: 0.49x at 256x32x64, 0.88x at 512x64x64, 0.94x at 256x256x25, 1.17x at 256x128x128, 1.72x at
+256x256x256; ``python benchmarks/matmul_rate.py --layers``)."""
+
+
+def _choice_allows(rows: int, inner: int, outer: int, *tensors: torch.Tensor) -> bool:
+    if cpu_backend() != "onednn" or rows * inner * outer < MIN_MULTIPLY_ADDS:
         return False
     for t in tensors:
         if not t.is_cpu or t.dtype is not torch.float32:
@@ -126,7 +133,7 @@ class _Linear(torch.autograd.Function):
 
 def addmm(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, *, relu: bool = False) -> torch.Tensor:
     """``bias + x @ w``, then ReLU if ``relu``: x ``(batch, k)``, w ``(k, n)``, bias ``(n,)``."""
-    if _choice_allows(bias, x, w):
+    if _choice_allows(x.shape[0], *w.shape, bias, x, w):
         return _Linear.apply(bias.reshape(-1), x, w, relu)  # a (1, n) bias (RenormMLP's) as (n,)
     out = torch.addmm(bias, x, w)
     return torch.relu(out) if relu else out
@@ -135,7 +142,7 @@ def addmm(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, *, relu: bool = 
 def baddbmm(bias: torch.Tensor, h: torch.Tensor, w: torch.Tensor, *, relu: bool = False) -> torch.Tensor:
     """``bias + h @ w`` per member, then ReLU if ``relu``: h ``(members, batch, k)``, w ``(members, k, n)``, bias
     ``(members, 1, n)``."""
-    if _choice_allows(bias, h, w):
+    if _choice_allows(h.shape[1], *w.shape[1:], bias, h, w):
         return _Linear.apply(bias, h, w, relu)
     out = torch.baddbmm(bias, h, w)
     return torch.relu(out) if relu else out
@@ -149,8 +156,8 @@ def ensemble_input_layer(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, m
     PyTorch's path is one ``addmm`` for all members, then a transposed view; oneDNN's multiplies member by member,
     which leaves every later layer's input, and the gradients coming back, without a transposed copy.
     """
-    if _choice_allows(bias, x, w):
-        k, hidden = w.shape[0], w.shape[1] // members
+    k, hidden = w.shape[0], w.shape[1] // members
+    if _choice_allows(x.shape[0], k, hidden, bias, x, w):
         w_members = w.view(k, members, hidden).transpose(0, 1)  # (members, k, hidden), a view
         return _Linear.apply(bias.view(members, 1, hidden), x.expand(members, *x.shape), w_members, relu)
     h = torch.addmm(bias, x, w).view(x.shape[0], members, -1).transpose(0, 1)
