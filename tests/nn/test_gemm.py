@@ -128,6 +128,7 @@ def test_backend_choice(backend):
         gemm.set_cpu_backend("mkl")
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace:DeprecationWarning")
 def test_traced_graphs_hold_pytorchs_standard_ops(backend):
     """Exported files (TorchScript, ONNX) must not depend on oneDNN's op: tracing takes PyTorch's path."""
     backend("onednn")
