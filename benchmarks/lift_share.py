@@ -3,7 +3,7 @@
 Reads a saved ``HerReplayBuffer`` (a checkpoint's ``replay_buffer.zip``) and, for the episodes that start in a range
 of rows (rows are decisions for a single-env run), prints the share whose achieved goal's last coordinate (the
 height) rose 2 cm and 5 cm above its start at some step, and the share whose rises summed over steps reach the same
-heights (what a pushed block's jitter inflates; see docs/buffers.md, ``goal_lift_weight``).
+heights (what a pushed block's jitter inflates; see docs/research/fetch.md, "Episodes that lifted the block").
 
 Usage::
 

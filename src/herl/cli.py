@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from herl.run.envs import action_repeat
-    from herl.run.train import find_seed_runs, read_config, resume_run, run_parallel
+    from herl.run.folders import find_seed_runs, read_config
+    from herl.run.train import resume_run, run_parallel
 
     if args.resume is not None:
         start_only = {"--algo": args.algo, "--preset": args.preset, "--config": args.config,
@@ -260,9 +261,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         parallel = min(args.jobs, len(run_configs))
         fits = {threads: _threads_beside(threads, parallel, explicit=False)
                 for threads in sorted({config.threads for config in run_configs.values()})}
+        workers = max(config.workers for config in run_configs.values())
         jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress,
-                              "threads": fits[config.threads]}) for run, config in run_configs.items()]
-        with _ray_for(args, max(config.workers for config in run_configs.values())):
+                              "threads": fits[config.threads], **_worker_learner(workers)})
+                for run, config in run_configs.items()]
+        with _ray_for(args, workers):
             _print_summaries(run_parallel(jobs, args.jobs))
         return 0
     configs, run_dir = _train_configs(args)
@@ -290,8 +293,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
              if repeat > 1 else f"{config.timesteps:,} steps")
     print(f"herl train: {config.algo.upper()}{her} on {config.env}{preset}, {steps}, seed(s) {seeds} -> {run_dir}",
           flush=True)
-    jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress})
-            for c in configs]
+    jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress,
+                         **_worker_learner(config.workers)}) for c in configs]
     with _ray_for(args, config.workers):
         _print_summaries(run_parallel(jobs, args.jobs))
     quoted = shlex.quote(str(run_dir))
@@ -339,6 +342,16 @@ def _threads_beside(threads: int, parallel: int, *, explicit: bool) -> int | Non
         return None
     print(f"herl train: note: {fit} torch thread(s) per run, not {threads}: {why}", file=sys.stderr, flush=True)
     return fit
+
+
+def _worker_learner(workers: int) -> dict[str, Any]:
+    """The ``worker_learner`` argument of a run with workers: herl.distributed, which only the command line imports
+    (only then: Ray is imported for runs with workers alone)."""
+    if not workers:
+        return {}
+    from herl.distributed.runs import WORKER_LEARNER
+
+    return {"worker_learner": WORKER_LEARNER}
 
 
 def _ray_for(args: argparse.Namespace, workers: int) -> Any:

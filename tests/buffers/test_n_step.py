@@ -192,8 +192,6 @@ def test_n_step_settings_are_saved_and_checked(tmp_path):
     np.testing.assert_array_equal(as_numpy(a.discounts), as_numpy(b.discounts))
     with pytest.raises(ValueError, match="online_sampling=True"):
         HerReplayBuffer(100, OBS, ACT, compute_reward=goal_reward, n_steps=3, online_sampling=False)
-    with pytest.raises(ValueError, match="motion_bonus"):
-        HerReplayBuffer(100, OBS, ACT, compute_reward=goal_reward, n_steps=3, motion_bonus=0.5)
     with pytest.raises(ValueError, match="n_steps"):
         ReplayBuffer(100, FLAT, ACT, n_steps=0)
     with pytest.raises(ValueError, match="gamma"):

@@ -56,9 +56,7 @@ def test_train_writes_a_run_folder_per_seed(two_seeds: Path) -> None:
         assert config["hyperparameters"]["learning_starts"] == 100  # resolved: every hyperparameter is there
         assert config["hyperparameters"]["double_q"] is True  # from the preset
         assert config["her"] == {"strategy": "future", "n_sampled_goal": 4, "desired_goal_share": 0.0,
-                                 "online_sampling": True, "copy_info_dict": False, "episode_priority": "none",
-                                 "goal_motion_scale": 0.05, "goal_motion_weight": 10.0, "goal_lift_weight": 0.0,
-                                 "motion_bonus": 0.0, "motion_bonus_scale": 0.01}
+                                 "online_sampling": True, "copy_info_dict": False}
         for name in ("model.zip", "progress.csv", "summary.json", "checkpoints/latest.json"):
             assert (run / name).exists(), name
         assert list(run.glob("events.out.tfevents.*"))
@@ -662,26 +660,6 @@ def test_every_preset_resolves_for_each_of_its_algorithms() -> None:
 
 
 
-def test_goal_motion_episode_weights_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from herl.run.train import build_model
-
-    config = build_config(algo="dqn", env="herl/BitFlipping-v0", seed=0, goal_env=True, preset=None,
-                          layers=[("set", {"her.episode_priority": "goal_motion", "her.goal_motion_weight": 3.0,
-                                           "her.goal_lift_weight": 7.0, "env.n_bits": 4})])
-    model = build_model(config, make_training_env(config.env, dict(config.env_kwargs), 1))
-    buffer = model.replay_buffer
-    assert (buffer.episode_priority, buffer.goal_motion_weight, buffer.goal_motion_scale) == ("goal_motion", 3.0, 0.05)
-    assert buffer.goal_lift_weight == 7.0
-    assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.episode_priority=energy",
-                 "--run-dir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "her.episode_priority" in err and "goal_motion" in err
-    # the lift weight adds to goal_motion's: alone it is refused, with the flag that fixes it
-    assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.goal_lift_weight=5",
-                 "--run-dir", str(tmp_path)]) == 2
-    assert "--set her.episode_priority=goal_motion" in capsys.readouterr().err
-
-
 def test_desired_goal_share_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from herl.run.train import build_model
 
@@ -698,14 +676,29 @@ def test_desired_goal_share_from_the_command_line(tmp_path: Path, capsys: pytest
     assert "her.desired_goal_share" in capsys.readouterr().err
 
 
-def test_motion_bonus_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from herl.run.train import build_model
-
-    config = build_config(algo="dqn", env="herl/BitFlipping-v0", seed=0, goal_env=True, preset=None,
-                          layers=[("set", {"her.motion_bonus": 0.3, "her.motion_bonus_scale": 0.5, "env.n_bits": 4})])
-    buffer = build_model(config, make_training_env(config.env, dict(config.env_kwargs), 1)).replay_buffer
-    assert (buffer.motion_bonus, buffer.motion_bonus_scale) == (0.3, 0.5)
-    assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.motion_bonus=1.5",
-                 "--run-dir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "her.motion_bonus" in err and "below 1" in err
+def test_removed_her_options_are_refused_on_the_command_line_and_ignored_with_a_note_in_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """her.episode_priority, her.goal_motion_*, her.goal_lift_weight and her.motion_bonus* were removed: --set names
+    them as unknown keys; a preset file or a run folder written before still loads, with a note that they are
+    ignored."""
+    assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "her.motion_bonus=0.5",
+                 "--run-dir", str(tmp_path / "refused")]) == 2
+    assert "unknown key 'her.motion_bonus'" in capsys.readouterr().err
+    preset = tmp_path / "old.toml"
+    preset.write_text('description = "old"\nenvs = ["herl/BitFlipping-v0"]\nalgo = "dqn"\ntimesteps = 300\n'
+                      '[her]\nepisode_priority = "goal_motion"\ngoal_lift_weight = 30.0\n'
+                      '[algos.dqn]\nlearning_starts = 100\n')
+    with pytest.warns(UserWarning, match="her.episode_priority='goal_motion', her.goal_lift_weight=30.0: options herl "
+                                         "no longer has.*they were on"):
+        assert main(["train", "--config", str(preset), "--set", "env.n_bits=4", "--progress", "off",
+                     "--run-dir", str(tmp_path / "run")]) == 0
+    run = tmp_path / "run" / "seed_0"
+    config = json.loads((run / "config.json").read_text())
+    assert not any("motion" in key or "lift" in key or "priority" in key for key in config["her"])
+    config["her"].update(episode_priority="none", goal_motion_scale=0.05, goal_motion_weight=10.0,
+                         goal_lift_weight=0.0, motion_bonus=0.0, motion_bonus_scale=0.01)  # as written before
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match=r"config.json names her.episode_priority='none', .*they were off, so "
+                                         r"nothing changes"):
+        assert main(["train", "--resume", str(tmp_path / "run"), "--timesteps", "400", "--progress", "off"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 400

@@ -33,7 +33,13 @@ from herl.buffers.goal_functions import (
 from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer, _file_errors
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
-from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy, relabel_count, sample_goal_offsets
+from herl.buffers.strategies import (
+    GoalSelectionStrategy,
+    RelabelMix,
+    parse_strategy,
+    relabel_count,
+    sample_goal_offsets,
+)
 from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, Rule, as_integer, check, integer, number, one_of
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
@@ -43,19 +49,34 @@ DEFAULT_DEMO_BATCH_RATIO = 0.125
 """Nair et al. 2018 (arXiv:1709.10089) drew 128 of each 1024 transitions from the demonstrations."""
 N_SAMPLED_GOAL = integer(0, note="0 turns relabeling off")
 DEMO_BATCH_RATIO = number(0.0, 1.0, high_open=True, note="the fraction of each batch drawn from the demonstrations")
-EPISODE_PRIORITIES = ("goal_motion",)
-GOAL_MOTION_SCALE = number(0.0, low_open=True, note="the achieved goal's path length (in its units) that earns the full weight")
 GOAL_MOVED = 1e-3
 """An episode "moved its achieved goal" when it ended more than this (in any coordinate) from where it started."""
-GOAL_MOTION_WEIGHT = number(0.0, note="the extra sampling weight of an episode whose achieved goal moved")
-GOAL_LIFT_WEIGHT = number(0.0, note="the extra sampling weight of an episode whose achieved goal rose")
-MOTION_BONUS = number(0.0, 1.0, high_open=True,
-                      note="the reward added to an unsuccessful step that moves the achieved goal (below 1, so that "
-                           "such a step stays below a successful one's 0)")
-MOTION_BONUS_SCALE = number(0.0, low_open=True,
-                            note="the achieved goal's displacement in one step (in its units) that earns the full bonus")
 DESIRED_GOAL_SHARE = number(0.0, 1.0, note="the share of relabeled transitions given the desired goal of another stored "
                                            "transition")
+REMOVED_OPTIONS = ("episode_priority", "goal_motion_scale", "goal_motion_weight", "goal_lift_weight", "motion_bonus",
+                   "motion_bonus_scale")
+"""Options of FetchPush and FetchPickAndPlace experiments that no preset adopted, removed since (what they found is in
+docs/research/fetch.md): episodes drawn by how far (``goal_motion``) or how high (``goal_lift_weight``) their achieved
+goal moved, and a reward bonus for moving it. Files written before still load; :func:`drop_removed_options` says that
+these are ignored."""
+
+
+def drop_removed_options(settings: Mapping[str, Any], source: str, prefix: str = "") -> dict[str, Any]:
+    """``settings`` without the :data:`REMOVED_OPTIONS` (named ``prefix + option``), with a note (a UserWarning) naming
+    those that ``source`` holds and whether ignoring them changes what is trained."""
+    removed = {key: value for key, value in settings.items()
+               if key.startswith(prefix) and key[len(prefix):] in REMOVED_OPTIONS}
+    if not removed:
+        return dict(settings)
+    named = ", ".join(f"{key}={value!r}" for key, value in removed.items())
+    # without an episode priority the goal_motion weights did nothing, nor the bonus's scale without a bonus
+    was_on = (settings.get(f"{prefix}episode_priority") not in (None, "none")
+              or bool(settings.get(f"{prefix}motion_bonus")))
+    effect = ("; they were on, so from here it trains as a run without them: episodes drawn uniformly, the env's own "
+              "rewards" if was_on else ": they were off, so nothing changes")
+    warnings.warn(f"{source} names {named}: options herl no longer has (experiments no preset adopted; what they found "
+                  f"is in docs/research/fetch.md). They are ignored{effect}", UserWarning, stacklevel=3)
+    return {key: value for key, value in settings.items() if key not in removed}
 
 
 def check_goal_space(observation_space: spaces.Space) -> None:
@@ -82,6 +103,13 @@ def check_goal_space(observation_space: spaces.Space) -> None:
 
 class HerReplayBuffer(ReplayBuffer):
     """Replay buffer that relabels goals in hindsight, with Stable-Baselines3's constructor.
+
+    The engine's parts, each from its own arguments: which goals a batch gets (:attr:`relabel_mix`, a
+    :class:`~herl.buffers.strategies.RelabelMix` of ``n_sampled_goal``, ``goal_selection_strategy`` and
+    ``desired_goal_share``), the goal functions that score them (``env``, ``compute_reward``, ``compute_terminated``,
+    ``copy_info_dict``, ``info_keys``, ``reward_context``), when relabeling happens (``online_sampling``), and what
+    :class:`ReplayBuffer` adds (storage layout and device, prioritized replay, n-step returns); demonstrations keep a
+    store of their own.
 
     Args (beyond :class:`ReplayBuffer`'s):
         env: the goal env (gymnasium Env, gymnasium vector env or SB3 VecEnv) whose
@@ -117,30 +145,9 @@ class HerReplayBuffer(ReplayBuffer):
             kept in a store of their own, never overwritten by new transitions, and relabeled as the rest.
         demo_batch_ratio: the fraction of each sampled batch drawn from the demonstrations (rounded down
             to whole rows; the batch's ``demo_mask`` says which rows they are), in [0, 1).
-        episode_priority: ``"goal_motion"`` draws whole episodes by how far their achieved goal moved, in the
-            spirit of energy-based prioritization (Zhao & Tresp 2018, arXiv:1810.01363): in FetchPush the
-            achieved goal is the block, and the rare episodes that move it are the ones relabeling learns from.
-            An episode's transitions are drawn with weight ``1 + goal_motion_weight * min(L / goal_motion_scale,
-            1)``, L the length of the achieved goal's path over the episode; a running episode has weight 1.
-            No importance weights (as in the paper). None (default): uniform.
-        goal_motion_scale: the path length that earns the full weight (0.05: Fetch's success radius, in metres).
-        goal_motion_weight: the extra weight of an episode whose achieved goal moved at least the scale.
-        goal_lift_weight: with ``goal_motion``, a further weight for height gained, energy-based prioritization's
-            potential-energy term: ``goal_lift_weight * min(H / goal_motion_scale, 1)`` is added to the episode's
-            weight, H the most the achieved goal's last coordinate (its height in Fetch and panda-gym) rose above
-            its start during the episode. In FetchPickAndPlace a pushed block and a lifted one move alike; this
-            draws the episodes that lifted it more often. 0 (default): off.
-        motion_bonus: an exploration bonus b in [0, 1) for moving the achieved goal: a sampled transition whose
-            reward is below 0 (its goal not reached) gets ``b * min(d / motion_bonus_scale, 1)`` added, d the
-            distance its achieved goal moved in that step. For FetchPush-style tasks, where the achieved goal is
-            the object, it rewards touching the object before any goal is reached; with -1/0 rewards the sum stays
-            in [-1, 0), so the values keep their bound [-1/(1-gamma), 0] and a reached goal stays best. It changes
-            the task being learned (a step that moves the object costs less), applies to relabeled and
-            demonstration rows alike, and is not stored. 0 (default): off.
-        motion_bonus_scale: the one-step displacement that earns the full bonus (0.01: a centimetre, in Fetch).
         n_steps: n-step returns (see :class:`ReplayBuffer`), for online relabeling: the rewards of a transition's
             later steps are recomputed with ``compute_reward`` for its goal, relabeled or not (multi-step HER, as in
-            Yang et al. 2021, arXiv:2102.12962, without their bias correction). Not with ``motion_bonus``.
+            Yang et al. 2021, arXiv:2102.12962, without their bias correction).
         gamma: the discount of the n-step sums (the algorithm's gamma).
         wrapped_env: SB3 < 1.6's name of ``env``, accepted as it.
         env_info: a name of older SB3 docs; only None is accepted (pass ``env=``).
@@ -182,12 +189,6 @@ class HerReplayBuffer(ReplayBuffer):
         storage_device: torch.device | str | None = None,
         demonstrations: Any = None,
         demo_batch_ratio: float = DEFAULT_DEMO_BATCH_RATIO,
-        episode_priority: str | None = None,
-        goal_motion_scale: float = 0.05,
-        goal_motion_weight: float = 10.0,
-        goal_lift_weight: float = 0.0,
-        motion_bonus: float = 0.0,
-        motion_bonus_scale: float = 0.01,
         wrapped_env: Any = None,
         env_info: Mapping[str, Any] | None = None,
         check_finite: bool = True,
@@ -204,37 +205,16 @@ class HerReplayBuffer(ReplayBuffer):
         if n_steps != 1 and not online_sampling:
             raise ValueError("n-step returns follow each sampled transition through its stored episode, which offline "
                              "relabeling does not keep: use online_sampling=True with n_steps > 1")
-        if n_steps != 1 and motion_bonus:
-            raise ValueError("motion_bonus rewards one step's motion; with n-step returns it is not defined: "
-                             "use motion_bonus=0 with n_steps > 1, or n_steps=1")
         check(type(self).__name__, "demo_batch_ratio", demo_batch_ratio, DEMO_BATCH_RATIO)
         self.demo_batch_ratio = float(demo_batch_ratio)
-        self.episode_priority = _episode_priority(episode_priority, prioritized, online_sampling)
-        check(type(self).__name__, "goal_motion_scale", goal_motion_scale, GOAL_MOTION_SCALE)
-        check(type(self).__name__, "goal_motion_weight", goal_motion_weight, GOAL_MOTION_WEIGHT)
-        self.goal_motion_scale, self.goal_motion_weight = float(goal_motion_scale), float(goal_motion_weight)
-        check(type(self).__name__, "goal_lift_weight", goal_lift_weight, GOAL_LIFT_WEIGHT)
-        if goal_lift_weight and self.episode_priority is None:
-            raise ValueError(f"goal_lift_weight={goal_lift_weight} weighs episodes by height gained, which only "
-                             "episode_priority='goal_motion' does: pass episode_priority='goal_motion', or "
-                             "goal_lift_weight=0")
-        self.goal_lift_weight = float(goal_lift_weight)
-        check(type(self).__name__, "motion_bonus", motion_bonus, MOTION_BONUS)
-        check(type(self).__name__, "motion_bonus_scale", motion_bonus_scale, MOTION_BONUS_SCALE)
-        self.motion_bonus, self.motion_bonus_scale = float(motion_bonus), float(motion_bonus_scale)
         check_goal_space(observation_space)
-        self.n_sampled_goal = n_sampled_goal
-        self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
+        strategy = parse_strategy(goal_selection_strategy)
         check(type(self).__name__, "desired_goal_share", desired_goal_share, DESIRED_GOAL_SHARE)
-        if desired_goal_share and not self.n_sampled_goal:
-            raise ValueError(f"desired_goal_share={desired_goal_share} is a share of the relabeled transitions, and "
-                             "n_sampled_goal=0 relabels none: give n_sampled_goal >= 1, or desired_goal_share=0")
+        self.relabel_mix = RelabelMix(n_sampled_goal, strategy, float(desired_goal_share))
         if desired_goal_share and not online_sampling:
             raise ValueError("desired_goal_share draws the env's desired goals from the stored transitions, and offline "
                              "relabeling stores relabeled copies among them: use online_sampling=True with "
                              "desired_goal_share > 0")
-        self.desired_goal_share = float(desired_goal_share)
-        self.her_ratio = self.n_sampled_goal / (self.n_sampled_goal + 1)
         self.copy_info_dict = bool(copy_info_dict)
         self.online_sampling = bool(online_sampling)
         self.info_keys = list(info_keys) if info_keys is not None else None
@@ -274,10 +254,6 @@ class HerReplayBuffer(ReplayBuffer):
             if self.prioritized:  # priorities belong to the store that is sampled
                 self._attach_priorities(self.relabeled)
         self._stores_infos = self.copy_info_dict
-        if self.episode_priority is not None:  # episode weights, drawn by the storage's sum tree
-            from herl.buffers.priority import PriorityTree
-
-            self.storage.priorities = PriorityTree(self.storage.rows * self.storage.n_envs, alpha=1.0)
         self._goal_moved: collections.deque[bool] = collections.deque(maxlen=100)
         self._on_episode_end = self._episodes_ended
         if self._compute_reward is not None:  # once, at the first episode's end (then the hook is as before)
@@ -290,6 +266,23 @@ class HerReplayBuffer(ReplayBuffer):
         self._demo_masks: dict[int, torch.Tensor] = {}
         if demonstrations is not None:
             self._store_demonstrations(demonstrations)
+
+    # SB3's names for the relabeling mix
+    @property
+    def n_sampled_goal(self) -> int:
+        return self.relabel_mix.n_sampled_goal
+
+    @property
+    def goal_selection_strategy(self) -> GoalSelectionStrategy:
+        return self.relabel_mix.strategy
+
+    @property
+    def desired_goal_share(self) -> float:
+        return self.relabel_mix.desired_goal_share
+
+    @property
+    def her_ratio(self) -> float:
+        return self.relabel_mix.her_ratio
 
     # ------------------------------------------------------------------ goal functions
     def _bind_goal_functions(self, env: Any, compute_reward: Callable | None, compute_terminated: Callable | None) -> None:
@@ -365,9 +358,9 @@ class HerReplayBuffer(ReplayBuffer):
 
     # ------------------------------------------------------------------ episodes
     def _episodes_ended(self, envs: np.ndarray | None = None) -> None:
-        """After episodes ended: note whether each moved its achieved goal (:attr:`goal_moved_share`), then
-        relabel them (offline) or give their transitions their weight (``episode_priority="goal_motion"``). Without
-        ``envs``: after an add, every env had an episode open during it, so those with none open now just ended."""
+        """After episodes ended: note whether each moved its achieved goal (:attr:`goal_moved_share`), then relabel
+        them (offline). Without ``envs``: after an add, every env had an episode open during it, so those with none
+        open now just ended."""
         storage = self.storage
         for env_idx in np.flatnonzero(storage.open_start < 0) if envs is None else envs:
             env_idx = int(env_idx)
@@ -381,16 +374,7 @@ class HerReplayBuffer(ReplayBuffer):
             reached = storage.next_states["achieved_goal"][final_next, env_idx]
             change = to_numpy(reached).astype(np.float64) - to_numpy(storage.states["achieved_goal"][start, env_idx])
             self._goal_moved.append(bool(np.abs(change).max() > GOAL_MOVED))
-            if self.episode_priority is not None:
-                flat = self._last_episode(env_idx)
-                rows = GatheredRows(storage, flat)
-                steps = to_numpy(rows.next_state("achieved_goal")) - to_numpy(rows.state("achieved_goal"))
-                steps = steps.reshape(length, -1).astype(np.float64)
-                path = float(np.linalg.norm(steps, axis=1).sum())
-                climb = max(float(np.cumsum(steps[:, -1]).max()), 0.0)  # highest above the start: jitter does not add up
-                storage.priorities.assign(flat, 1.0 + self.goal_motion_weight * min(path / self.goal_motion_scale, 1.0)
-                                          + self.goal_lift_weight * min(climb / self.goal_motion_scale, 1.0))
-            elif not self.online_sampling:
+            if not self.online_sampling:
                 self._relabel_episode(env_idx)
 
     @property
@@ -614,12 +598,6 @@ class HerReplayBuffer(ReplayBuffer):
 
     # ------------------------------------------------------------------ sampling
     def _sample_arrays(self, batch_size: int):
-        batch, storage, flat = self._sampled_rows(batch_size)
-        if self.motion_bonus:
-            self._add_motion_bonus(batch)
-        return batch, storage, flat
-
-    def _sampled_rows(self, batch_size: int):
         if not self.online_sampling and self.relabeled.n_transitions > 0:
             flat = self.relabeled.sample_flat(batch_size, self.rng)
             return GatheredRows(self.relabeled, flat), self.relabeled, flat
@@ -632,25 +610,11 @@ class HerReplayBuffer(ReplayBuffer):
             batch = GatheredRows.joined(batch, demo)
         return batch, storage, flat
 
-    def _add_motion_bonus(self, batch: GatheredRows) -> None:
-        """``motion_bonus * min(d / motion_bonus_scale, 1)`` added to the rewards below 0, in place (the batch's
-        copies, never the store); d is how far the achieved goal moved in the transition's step."""
-        rewards = batch.transition("reward")
-        moved = batch.next_state("achieved_goal") - batch.state("achieved_goal")
-        if isinstance(rewards, np.ndarray):
-            distance = np.linalg.norm(moved.reshape(len(moved), -1).astype(np.float64), axis=1)
-            bonus = self.motion_bonus * np.minimum(distance / self.motion_bonus_scale, 1.0)
-            rewards += np.where(rewards.reshape(len(rewards)) < 0, bonus, 0.0).reshape(rewards.shape).astype(rewards.dtype)
-        else:
-            distance = torch.linalg.vector_norm(moved.reshape(len(moved), -1).double(), dim=1)
-            bonus = self.motion_bonus * torch.clamp(distance / self.motion_bonus_scale, max=1.0)
-            rewards += torch.where(rewards.reshape(len(rewards)) < 0, bonus, 0.0).reshape(rewards.shape).to(rewards.dtype)
-
     def _relabeled_rows(self, storage: EpisodeStorage, flat: np.ndarray) -> GatheredRows:
         """The rows at ``flat``, a fraction k/(k+1) of them with hindsight goals (n-step ones with ``n_steps`` > 1)."""
         batch = GatheredRows(storage, flat)
         n = len(flat)
-        n_her = relabel_count(n, self.n_sampled_goal, self.rng)
+        n_her = relabel_count(n, self.relabel_mix.n_sampled_goal, self.rng)
         if n_her:
             rows = slice(n - n_her, n)  # rows are i.i.d., so which ones is immaterial
             self._relabel(storage, flat[rows], rows, batch)
@@ -724,7 +688,8 @@ class HerReplayBuffer(ReplayBuffer):
         """Goals to relabel the transitions at ``flat`` with (copies, never views of storage): the strategy's
         achieved goals, the last ``desired_goal_share`` of them (a binomial count; rows are i.i.d.) desired goals
         of other stored transitions."""
-        n_desired = int(self.rng.binomial(len(flat), self.desired_goal_share)) if self.desired_goal_share else 0
+        share = self.relabel_mix.desired_goal_share
+        n_desired = int(self.rng.binomial(len(flat), share)) if share else 0
         if not n_desired:
             return self._strategy_goals(storage, flat)
         source = storage.sample_flat(n_desired, self.rng, uniform=True)
@@ -736,7 +701,8 @@ class HerReplayBuffer(ReplayBuffer):
 
     def _strategy_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
         """The achieved goals the goal selection strategy picks for the transitions at ``flat``."""
-        if self.goal_selection_strategy is GoalSelectionStrategy.RANDOM:
+        strategy = self.relabel_mix.strategy
+        if strategy is GoalSelectionStrategy.RANDOM:
             # offline, episodes are moved to the main store as they end: that is where every stored
             # state lives (the staging area holds little more than the episode being relabeled)
             offline_store = None if self.online_sampling else self.relabeled
@@ -745,11 +711,11 @@ class HerReplayBuffer(ReplayBuffer):
             source = source_store.sample_flat(len(flat), self.rng, complete_only=complete_only, uniform=True)
             return source_store.next_state("achieved_goal", source)
         offsets, lengths = storage.episode_position(flat)
-        if self.goal_selection_strategy is GoalSelectionStrategy.FUTURE:
+        if strategy is GoalSelectionStrategy.FUTURE:
             # sample_goal_offsets' draw, as steps ahead of each transition: floor(u * (L - t)) rows further
             ahead = (self.rng.random(len(flat)) * (lengths - offsets)).astype(np.int64)
         else:
-            ahead = sample_goal_offsets(self.goal_selection_strategy, offsets, lengths, self.rng) - offsets
+            ahead = sample_goal_offsets(strategy, offsets, lengths, self.rng) - offsets
         return storage.next_state("achieved_goal", storage.shift(flat, ahead))
 
     def sample(self, batch_size: int, env: Any = None, *, beta: float | None = None) -> DictReplayBufferSamples:
@@ -785,12 +751,6 @@ class HerReplayBuffer(ReplayBuffer):
             "info_keys": self.info_keys,
             "reward_context": list(self.reward_context),
             "demo_batch_ratio": self.demo_batch_ratio,
-            "episode_priority": self.episode_priority,
-            "goal_motion_scale": self.goal_motion_scale,
-            "goal_motion_weight": self.goal_motion_weight,
-            "goal_lift_weight": self.goal_lift_weight,
-            "motion_bonus": self.motion_bonus,
-            "motion_bonus_scale": self.motion_bonus_scale,
             "demo_rows": 0 if self.demo_storage is None else self.demo_storage.rows,
         }
 
@@ -807,6 +767,11 @@ class HerReplayBuffer(ReplayBuffer):
         for name, storage in self._storages().items():
             if name != "demos":
                 storage.clear()
+
+    @classmethod
+    def settings_from_file(cls, settings: Mapping[str, Any], source: str) -> dict[str, Any]:
+        """The settings without the options removed since the file was written (with a note that they are ignored)."""
+        return drop_removed_options(settings, source)
 
     @classmethod
     def load(
@@ -847,9 +812,6 @@ class HerReplayBuffer(ReplayBuffer):
         "online_sampling": BOOL, "max_episode_length": POSITIVE_INT,
         "info_keys": None, "reward_context": None,  # lists of names, checked by the constructor
         "demo_batch_ratio": DEMO_BATCH_RATIO, "demo_rows": NON_NEGATIVE_INT,
-        "episode_priority": None,  # checked by the constructor
-        "goal_motion_scale": GOAL_MOTION_SCALE, "goal_motion_weight": GOAL_MOTION_WEIGHT,
-        "goal_lift_weight": GOAL_LIFT_WEIGHT, "motion_bonus": MOTION_BONUS, "motion_bonus_scale": MOTION_BONUS_SCALE,
     }
 
     @classmethod
@@ -859,18 +821,6 @@ class HerReplayBuffer(ReplayBuffer):
             return {**super()._file_shapes(config), **demos}
         return {"storage": (config.get("max_episode_length", DEFAULT_MAX_EPISODE_LENGTH) + 1, config.get("n_envs", 1)),
                 "relabeled": (max(config.get("buffer_size", 1), 1), 1)}
-
-
-def _episode_priority(value: Any, prioritized: bool, online_sampling: bool) -> str | None:
-    if value is None or value == "none":
-        return None
-    if value not in EPISODE_PRIORITIES:
-        raise ValueError(f"episode_priority must be None or one of {list(EPISODE_PRIORITIES)}, got {value!r}")
-    if prioritized:
-        raise ValueError("episode_priority and prioritized=True both set how transitions are drawn: pass one of them")
-    if not online_sampling:
-        raise ValueError("episode_priority weighs the episodes of online relabeling: it needs online_sampling=True")
-    return str(value)
 
 
 def _sb3_1x_arguments(buffer_size: Any, env: Any, wrapped_env: Any, env_info: Any) -> Any:

@@ -116,15 +116,6 @@ class PriorityTree:
         live = self.sums[0][slots] > 0  # a slot retired since it was sampled stays retired
         self._write(slots[live], priorities[live] ** self.alpha)
 
-    def assign(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Set the priorities (before alpha) of live ``slots`` without raising :attr:`max_priority`: weights set by the
-        buffer itself (episode weights), which new slots must not inherit."""
-        slots = np.asarray(slots, dtype=np.int64).ravel()
-        priorities = np.broadcast_to(np.asarray(priorities, dtype=np.float64), slots.shape)
-        self.flush()
-        live = self.sums[0][slots] > 0
-        self._write(slots[live], priorities[live] ** self.alpha)
-
     def _write(self, slots: np.ndarray, values: np.ndarray) -> None:
         self.sums[0][slots] = values
         self.mins[0][slots] = np.where(values > 0, values, np.inf)

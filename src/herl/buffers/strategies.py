@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -28,6 +29,33 @@ KEY_TO_GOAL_STRATEGY: dict[str, GoalSelectionStrategy] = {
     "episode": GoalSelectionStrategy.EPISODE,
     "random": GoalSelectionStrategy.RANDOM,
 }
+
+
+@dataclass(frozen=True)
+class RelabelMix:
+    """Which goals the transitions of a sampled batch get: a fraction k/(k+1) is relabeled (k = ``n_sampled_goal``);
+    of those, a binomial ``desired_goal_share`` gets the desired goal of a transition drawn from the whole buffer
+    (the "actual" goals of ProtoGE's "future + actual" relabeling, Pitis, Chan & Ba, RLDM 2019), the rest an achieved
+    goal chosen by ``strategy``. The HER buffer's ``n_sampled_goal``, ``goal_selection_strategy`` and
+    ``desired_goal_share``, checked once."""
+
+    n_sampled_goal: int = 4
+    """k, hindsight goals per real transition; 0 is plain replay."""
+    strategy: GoalSelectionStrategy = GoalSelectionStrategy.FUTURE
+    """Which achieved goal a relabeled transition gets."""
+    desired_goal_share: float = 0.0
+    """The share of the relabeled transitions given another stored transition's desired goal instead; 0: none, and no
+    random number is drawn for it."""
+
+    def __post_init__(self) -> None:
+        if self.desired_goal_share and not self.n_sampled_goal:
+            raise ValueError(f"desired_goal_share={self.desired_goal_share} is a share of the relabeled transitions, "
+                             "and n_sampled_goal=0 relabels none: give n_sampled_goal >= 1, or desired_goal_share=0")
+
+    @property
+    def her_ratio(self) -> float:
+        """The fraction of each batch that is relabeled, k/(k+1)."""
+        return self.n_sampled_goal / (self.n_sampled_goal + 1)
 
 
 def parse_strategy(strategy: GoalSelectionStrategy | str) -> GoalSelectionStrategy:

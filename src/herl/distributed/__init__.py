@@ -2,8 +2,9 @@
 sweeps (``herl sweep``, Ray Tune with Optuna's sampler).
 
 Ray is an optional extra (``pip install "herl[ray]"``, with Optuna). Nothing else in herl imports this package: the
-command line and :mod:`herl.run.train` import it, lazily, only when ``workers > 0`` or ``herl sweep`` is used, so a
-plain training run never imports Ray. See docs/scaling.md.
+command line imports it, lazily, only when ``workers > 0`` or ``herl sweep`` is used (handing
+:data:`herl.distributed.runs.WORKER_LEARNER` to the runs it starts), so a plain training run never imports Ray. See
+docs/scaling.md.
 """
 
 from herl.distributed.cluster import ray_session, require_ray

@@ -5,6 +5,10 @@ random-generator states; ``arrays.safetensors`` holds every network's weights (n
 statistics included: they are buffers of the encoder), the optimizers' states and the torch
 generator's state. A loaded model rebuilds its networks from the spaces in the file, so it predicts
 without an env (SB3 #2160).
+
+The file names its classes (the algorithm, the replay buffer, the exploration noise); this module, below them,
+never imports them: the layer that loads (:meth:`herl.training.base.OffPolicyAlgorithm.load`) passes a
+:class:`ModelClasses` that resolves the names.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import io
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,6 +33,21 @@ from herl.io.spaces import space_from_json, space_to_json
 MODEL_KIND = "model"
 MODEL_VERSION = 1
 _JSON_TYPES = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class ModelClasses:
+    """What the names in a model file stand for, given by the layer that loads it."""
+
+    algorithms: Mapping[str, type]
+    """herl's algorithms by name: a file loaded through their base class becomes the algorithm it names."""
+    buffers: Mapping[str, type]
+    """Replay buffer classes by name; a file naming none of them gets ``buffers["ReplayBuffer"]``."""
+    action_noise: Callable[[dict[str, Any] | None], Any]
+    """The exploration noise from its JSON form (None: no noise)."""
+    policy_config: Callable[[type, dict[str, Any]], Any]
+    """``(algorithm class, policy_kwargs)`` to the network settings (``actor_arch``, ``critic_arch``, ``n_critics``)
+    that the file's weights must cover."""
 
 
 def model_path(path: str | os.PathLike | IO[bytes], *, reading: bool) -> Path | IO[bytes]:
@@ -173,8 +193,9 @@ def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[di
 
 
 def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, overrides: dict[str, Any],
-               custom_objects: Mapping[str, Any] | None = None, force_reset: bool = True) -> Any:
-    """Rebuild the model saved at ``path`` as ``cls`` (or, for the base class, as the saved algorithm).
+               classes: ModelClasses, custom_objects: Mapping[str, Any] | None = None, force_reset: bool = True) -> Any:
+    """Rebuild the model saved at ``path`` as ``cls`` (or, for the base class, as the saved algorithm); ``classes``
+    resolves the names the file holds.
 
     ``overrides`` must be hyperparameters of the model; ``custom_objects`` (SB3's) replaces only what
     the file holds and ignores the rest, as SB3 does: rl-zoo passes ``lr_schedule``, ``clip_range`` or
@@ -187,19 +208,15 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     from it (a file cannot set ``tensorboard_log``, which says where training writes), and the verbosity (0, 1 or 2)
     the model was saved with, as SB3 keeps it.
     """
-    from herl.algorithms import ALGORITHMS
-    from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
-    from herl.training.noise import noise_from_json
-
     path = model_path(path, reading=True)
     meta, arrays = read_archive(path, kind=MODEL_KIND, max_version=MODEL_VERSION)
     algorithm = _field(meta, "algorithm", str)
-    if cls.__name__ not in ALGORITHMS:  # OffPolicyAlgorithm.load: whichever algorithm the file holds
-        if algorithm not in ALGORITHMS:
-            raise ArchiveError(f"{path} holds an unknown algorithm {algorithm!r}: herl knows {sorted(ALGORITHMS)}")
-        cls = ALGORITHMS[algorithm]
+    algorithms = classes.algorithms
+    if cls.__name__ not in algorithms:  # OffPolicyAlgorithm.load: whichever algorithm the file holds
+        if algorithm not in algorithms:
+            raise ArchiveError(f"{path} holds an unknown algorithm {algorithm!r}: herl knows {sorted(algorithms)}")
+        cls = algorithms[algorithm]
     _, params = read_model(path, expected=cls.__name__)
-    buffers = {cls.__name__: cls for cls in (HerReplayBuffer, NStepReplayBuffer, ReplayBuffer)}
     try:
         config = cls.config_class.with_former_defaults(_field(meta, "config", dict))
         unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls.config_class)})
@@ -208,12 +225,15 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
                                "(settings such as tensorboard_log or verbose are never taken from a file)")
         cls.config_class.from_kwargs(config)  # the file's own values, checked before the user's overrides
         obs_space, act_space = space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
+        buffer_class = classes.buffers.get(meta.get("replay_buffer_class"), classes.buffers["ReplayBuffer"])
         kwargs: dict[str, Any] = {
             **config,
             "policy_kwargs": _field(meta, "policy_kwargs", dict),
-            "action_noise": noise_from_json(_field(meta, "action_noise", (dict, type(None)))),
-            "replay_buffer_class": buffers.get(meta.get("replay_buffer_class"), ReplayBuffer),
-            "replay_buffer_kwargs": _field(meta, "replay_buffer_kwargs", dict),
+            "action_noise": classes.action_noise(_field(meta, "action_noise", (dict, type(None)))),
+            "replay_buffer_class": buffer_class,
+            # settings the buffer no longer has are left out, with a note (HerReplayBuffer.settings_from_file)
+            "replay_buffer_kwargs": buffer_class.settings_from_file(_field(meta, "replay_buffer_kwargs", dict),
+                                                                    f"the model file {path}"),
             "seed": meta.get("seed"),
         }
         counters = _field(meta, "counters", dict)
@@ -222,7 +242,8 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
             raise ArchiveError(f"{path}: its counters must be whole numbers >= 0, got {counters!r}")
         policy = _field(meta, "policy", str)
         rng_state = generator_state(path, meta)
-        _check_size(path, cls, kwargs["policy_kwargs"], obs_space, act_space, params)
+        _check_size(path, classes.policy_config(cls, kwargs["policy_kwargs"]), kwargs["policy_kwargs"], obs_space,
+                    params)
         model = cls(policy, None, observation_space=obs_space, action_space=act_space, device=device, **kwargs)
     except ArchiveError:
         raise
@@ -349,15 +370,11 @@ def _with_env(model: Any, cls: type, policy: str, env: Any, device: Any, kwargs:
     return model
 
 
-def _check_size(path: Any, cls: type, policy_kwargs: dict[str, Any], obs_space: Any, act_space: Any,
-                params: dict[str, Any]) -> None:
-    """Refuse network settings that imply more weights than the file holds, before building them (a file asking for
-    a layer of 2**40 units would otherwise allocate terabytes)."""
+def _check_size(path: Any, arch: Any, policy_kwargs: dict[str, Any], obs_space: Any, params: dict[str, Any]) -> None:
+    """Refuse network settings (``arch``, from the file's ``policy_kwargs``) that imply more weights than the file
+    holds, before building them (a file asking for a layer of 2**40 units would otherwise allocate terabytes)."""
     from gymnasium import spaces
 
-    from herl.training.config import PolicyConfig
-
-    arch = PolicyConfig.from_kwargs(policy_kwargs, cls.default_net_arch, cls.default_n_critics, cls.policy_options)
     subspaces = obs_space.spaces.values() if isinstance(obs_space, spaces.Dict) else [obs_space]
     inputs = sum(int(np.prod(s.shape)) if s.shape else 1 for s in subspaces)
     stored = sum(t.numel() for name, state in params.items() if not name.endswith(".optimizer")

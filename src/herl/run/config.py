@@ -6,8 +6,7 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - any hyperparameter of the algorithm (``learning_rate``, ``batch_size``, ...; validated by the algorithm's config);
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.desired_goal_share``,
-  ``her.online_sampling``, ``her.copy_info_dict``, ``her.episode_priority``, ``her.goal_motion_scale``,
-  ``her.goal_motion_weight``, ``her.goal_lift_weight``, ``her.motion_bonus``, ``her.motion_bonus_scale``;
+  ``her.online_sampling``, ``her.copy_info_dict``;
 - ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.layer_norm``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; DQN's ``policy.dueling``; CrossQ's
   ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
@@ -58,18 +57,6 @@ class HerSettings:
     """Relabel at sampling time (False: store k relabeled copies when an episode ends)."""
     copy_info_dict: bool = False
     """Store the numeric info entries for compute_reward (for rewards that read info)."""
-    episode_priority: str = "none"
-    """none, or goal_motion: draw episodes whose achieved goal moved more often (HerReplayBuffer's episode_priority)."""
-    goal_motion_scale: float = 0.05
-    """goal_motion: the achieved goal's path length over an episode that earns the full weight."""
-    goal_motion_weight: float = 10.0
-    """goal_motion: the extra sampling weight of such an episode (an episode that did not move it has weight 1)."""
-    goal_lift_weight: float = 0.0
-    """goal_motion: a further weight for an episode whose achieved goal rose goal_motion_scale (its last coordinate)."""
-    motion_bonus: float = 0.0
-    """Exploration bonus in [0, 1) added to an unsuccessful step's reward for moving the achieved goal; 0: off."""
-    motion_bonus_scale: float = 0.01
-    """motion_bonus: the achieved goal's one-step displacement that earns the full bonus."""
 
 
 @dataclass(frozen=True)
@@ -205,9 +192,14 @@ class TrainConfig:
         return _jsonable(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrainConfig:
+    def from_json(cls, data: Mapping[str, Any], source: str = "the run's config.json") -> TrainConfig:
         data = dict(data)
         her = data.pop("her", None)
+        if isinstance(her, Mapping):  # a run started before some HER options were removed
+            from herl.buffers.her import drop_removed_options
+
+            her = {key[len("her."):]: value for key, value in drop_removed_options(
+                {f"her.{key}": value for key, value in her.items()}, source, prefix="her.").items()}
         demos = data.pop("demos", None)
         policy = dict(data.pop("policy", {}))
         if policy.get("net_arch") is not None:
@@ -449,27 +441,13 @@ def validate_config(config: TrainConfig) -> None:
              ("checkpoint.freq", config.checkpoint.freq, NON_NEGATIVE_INT),
              ("checkpoint.keep", config.checkpoint.keep, POSITIVE_INT)]
     if config.her is not None:
-        from herl.buffers.her import (
-            DESIRED_GOAL_SHARE,
-            EPISODE_PRIORITIES,
-            GOAL_LIFT_WEIGHT,
-            GOAL_MOTION_SCALE,
-            GOAL_MOTION_WEIGHT,
-            MOTION_BONUS,
-            MOTION_BONUS_SCALE,
-        )
+        from herl.buffers.her import DESIRED_GOAL_SHARE
 
         rules += [("her.strategy", config.her.strategy, one_of(*KEY_TO_GOAL_STRATEGY)),
                   ("her.n_sampled_goal", config.her.n_sampled_goal, NON_NEGATIVE_INT),
                   ("her.desired_goal_share", config.her.desired_goal_share, DESIRED_GOAL_SHARE),
                   ("her.online_sampling", config.her.online_sampling, BOOL),
-                  ("her.copy_info_dict", config.her.copy_info_dict, BOOL),
-                  ("her.episode_priority", config.her.episode_priority, one_of("none", *EPISODE_PRIORITIES)),
-                  ("her.goal_motion_scale", config.her.goal_motion_scale, GOAL_MOTION_SCALE),
-                  ("her.goal_motion_weight", config.her.goal_motion_weight, GOAL_MOTION_WEIGHT),
-                  ("her.goal_lift_weight", config.her.goal_lift_weight, GOAL_LIFT_WEIGHT),
-                  ("her.motion_bonus", config.her.motion_bonus, MOTION_BONUS),
-                  ("her.motion_bonus_scale", config.her.motion_bonus_scale, MOTION_BONUS_SCALE)]
+                  ("her.copy_info_dict", config.her.copy_info_dict, BOOL)]
     if config.demos is not None:
         from herl.buffers.her import DEMO_BATCH_RATIO
 
@@ -482,10 +460,6 @@ def validate_config(config: TrainConfig) -> None:
         if config.workers and config.n_envs != 1:
             raise CLIError(f"with workers, each worker steps one env: use n_envs=1 (got {config.n_envs}) and more "
                            "workers")
-        if config.her is not None and config.her.goal_lift_weight and config.her.episode_priority == "none":
-            raise CLIError(f"her.goal_lift_weight={config.her.goal_lift_weight} adds to the weights of "
-                           "her.episode_priority=goal_motion, which is off: add --set her.episode_priority=goal_motion, "
-                           "or leave her.goal_lift_weight at 0")
         if config.eval.on_workers and not config.workers:
             raise CLIError("eval.on_workers plays the evaluations on the Ray actors of --workers N: give workers >= 1, "
                            "or leave eval.on_workers off to evaluate in the training process")

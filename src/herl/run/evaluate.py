@@ -13,7 +13,7 @@ from herl.io.atomic import atomic_path, check_target
 from herl.run.checkpoint import MODEL_FILE, latest_checkpoint
 from herl.run.envs import make_env
 from herl.run.errors import CLIError, MissingExtraError
-from herl.run.train import CONFIG_FILE, find_seed_runs, read_config
+from herl.run.folders import CONFIG_FILE, find_seed_runs, read_config
 
 
 @dataclass(frozen=True)

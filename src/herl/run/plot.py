@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,17 +10,10 @@ import numpy as np
 from herl.io.atomic import atomic_path
 from herl.run.envs import action_repeat
 from herl.run.errors import CLIError, MissingExtraError, output_file
+from herl.run.folders import find_seed_runs, read_config, read_progress  # noqa: F401 (read_progress: herl sweep's)
 from herl.run.runlog import STEP_KEY, WALL_KEY
-from herl.run.train import find_seed_runs, read_config
 
 X_KEYS = {"steps": STEP_KEY, "time": WALL_KEY}
-
-
-def read_progress(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 @dataclass(frozen=True)

@@ -90,9 +90,17 @@ def parse_preset(name: str, text: str) -> Preset:
         raise CLIError(f"{source}: unknown [algos.*] table(s) {unknown}; use {', '.join(ALGOS)}")
     return Preset(
         name=name, description=str(data.get("description", "")), envs=tuple(data.get("envs", ())), algo=algo,
-        common=_flatten({k: v for k, v in data.items() if k not in _HEADER_KEYS}, source),
-        per_algo={a: _flatten(table, f"{source} [algos.{a}]") for a, table in per_algo.items()},
+        common=_settings(_flatten({k: v for k, v in data.items() if k not in _HEADER_KEYS}, source), source),
+        per_algo={a: _settings(_flatten(table, f"{source} [algos.{a}]"), f"{source} [algos.{a}]")
+                  for a, table in per_algo.items()},
     )
+
+
+def _settings(flat: dict[str, Any], source: str) -> dict[str, Any]:
+    """A preset's settings, without HER options removed since it was written (with a note that they are ignored)."""
+    from herl.buffers.her import drop_removed_options
+
+    return drop_removed_options(flat, source, prefix="her.")
 
 
 @cache

@@ -26,7 +26,7 @@ class Progress:
         self.mode, self.total, self.label = mode, total, label
         self.success: float | None = None
         self._step = self._last_step = initial
-        self._last_time = self._last_line = time.perf_counter()
+        self._last_time = self._last_line = self._now = time.perf_counter()
         self._fps = 0.0
         self._next_line_step = initial
         self.bar: Any = None
@@ -46,7 +46,7 @@ class Progress:
         now = time.perf_counter()
         if self.bar is not None:
             self.bar.update(step - self._step)
-        self._step = step
+        self._step, self._now = step, now
         if now - self._last_time >= 0.5:
             self._fps = (step - self._last_step) / (now - self._last_time)
             self._last_step, self._last_time = step, now
@@ -59,8 +59,15 @@ class Progress:
 
     def restart_rate(self) -> None:
         """Measure fps from now on: time spent outside training (an evaluation, a checkpoint) is not env steps'
-        time, and counting it showed "0 fps" right after each evaluation (issue 10). The last rate stays shown."""
+        time, and counting it showed "0 fps" right after each evaluation. The last rate stays shown, or, where the
+        window had not reached 0.5 s, the rate of the steps it timed before the pause."""
+        self._measure_window(self._now)
         self._last_step, self._last_time = self._step, time.perf_counter()
+
+    def _measure_window(self, end: float) -> None:
+        """The rate of the steps since the window began, where it timed enough of them (0.1 s)."""
+        if end - self._last_time >= 0.1 and self._step > self._last_step:
+            self._fps = (self._step - self._last_step) / (end - self._last_time)
 
     def set_success(self, success: float | None) -> None:
         self.success = success
@@ -68,15 +75,19 @@ class Progress:
             self.bar.set_postfix_str(self._postfix())
 
     def _postfix(self) -> str:
-        parts = [f"{self._fps:.0f} fps"]
+        parts = [f"{self._fps:.0f} fps"] if self._fps else []  # no rate measured yet: none shown, not "0 fps"
         if self.success is not None:
             parts.append(f"success {self.success:.2f}")
         return ", ".join(parts)  # tqdm puts ", " before the postfix
 
     def _line(self, step: int) -> None:
+        # the window so far: where evaluations and checkpoints restart it more often than every 0.5 s it never
+        # closes, and the log showed "0 fps" throughout
+        self._measure_window(self._now)
         prefix = f"[{self.label}] " if self.label else ""
-        print(f"{prefix}{step}/{self.total} steps ({100 * step / max(self.total, 1):.0f}%), {self._postfix()}",
-              file=sys.stderr, flush=True)
+        postfix = self._postfix()
+        print(f"{prefix}{step}/{self.total} steps ({100 * step / max(self.total, 1):.0f}%)"
+              + (f", {postfix}" if postfix else ""), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

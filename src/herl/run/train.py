@@ -40,16 +40,16 @@ from herl.run.checkpoint import (
     write_checkpoint,
 )
 from herl.errors import NonFiniteError
-from herl.run.config import ALGOS, TrainConfig, algorithm_class, validate_config
+from herl.run.config import TrainConfig, algorithm_class
 from herl.run.envs import make_env, make_training_env
 from herl.run.errors import CLIError, Interrupted, WorkersLost
+from herl.run.folders import CONFIG_FILE, SUMMARY_FILE, read_config, read_progress
+from herl.run.folders import find_seed_runs  # noqa: F401 (herl.run.train's name before run.folders held it)
 from herl.run.progress import Progress
 from herl.run.runlog import RunLogger, open_run_logger
 from herl.training.callbacks import BaseCallback
 from herl.utils import flush_denormals
 
-CONFIG_FILE = "config.json"
-SUMMARY_FILE = "summary.json"
 LOCK_FILE = "train.pid"
 SUCCESS_THRESHOLD = 0.95
 # A buffer larger than the run's steps never fills: cap it there (saves memory and checkpoint size) but not below
@@ -146,13 +146,6 @@ def build_model(config: TrainConfig, env: Any) -> Any:
                                           "online_sampling": her.online_sampling, "copy_info_dict": her.copy_info_dict}
         if her.desired_goal_share:
             kwargs["replay_buffer_kwargs"]["desired_goal_share"] = her.desired_goal_share
-        if her.episode_priority != "none":
-            kwargs["replay_buffer_kwargs"].update(episode_priority=her.episode_priority,
-                                                  goal_motion_scale=her.goal_motion_scale,
-                                                  goal_motion_weight=her.goal_motion_weight,
-                                                  goal_lift_weight=her.goal_lift_weight)
-        if her.motion_bonus:
-            kwargs["replay_buffer_kwargs"].update(motion_bonus=her.motion_bonus, motion_bonus_scale=her.motion_bonus_scale)
         if config.demos is not None:
             kwargs["replay_buffer_kwargs"].update(demonstrations=config.demos.path,
                                                   demo_batch_ratio=config.demos.batch_ratio)
@@ -415,7 +408,8 @@ def _alive(pid: int) -> bool:  # pragma: no cover - Windows
 
 
 def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int | None, wall_time_before: float,
-           progress_mode: str, position: int, on_eval: OnEval | None) -> RunSummary:
+           progress_mode: str, position: int, on_eval: OnEval | None,
+           worker_learner: WorkerLearner | None) -> RunSummary:
     """Train ``model`` to ``config.timesteps``; evaluate, checkpoint, save ``model.zip`` and ``summary.json``."""
     fresh = resume_step is None
     logger = open_run_logger(run_dir, resume_step=resume_step, wall_time_before=wall_time_before)
@@ -425,7 +419,7 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
                         mode=progress_mode, position=position)
     callback = RunCallback(config=config, run_dir=run_dir, eval_env=eval_env, progress=progress, fresh=fresh,
                            history=[] if fresh else _eval_history(run_dir), on_eval=on_eval)
-    learn, notes = _learner(model, config, callback)
+    learn, notes = _learner(model, config, callback, worker_learner)
     try:
         with StopOnSignal(run_dir) as stop:
             callback.stop = stop
@@ -460,32 +454,42 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
     return summary
 
 
-def _learner(model: Any, config: TrainConfig, callback: RunCallback) -> tuple[Any, Callable[[], list[str]]]:
-    """``model.learn``, or with ``config.workers`` the learner fed by Ray actors (the one place Ray is imported,
-    and only then: a run without workers never imports it); and what to add to the run's notes once it has trained."""
+Learner = Callable[..., Any]
+"""What trains a model: ``model.learn``'s signature without the model (``learn(total_timesteps, callback=...,
+log_interval=..., reset_num_timesteps=...)``)."""
+
+
+@dataclass(frozen=True)
+class WorkerLearner:
+    """How a run with ``workers`` learns from Ray actors. The floor above this one provides it
+    (:data:`herl.distributed.runs.WORKER_LEARNER`, which the command line passes): nothing in ``herl.run`` imports
+    ``herl.distributed``, so a run without workers never imports Ray."""
+
+    check: Callable[[int], None]
+    """Refuse ``workers`` actors that the CPUs cannot hold; called before a new run's folder is made."""
+    learner: Callable[[Any, TrainConfig, RunCallback], tuple[Learner, Callable[[], list[str]]]]
+    """``(model, config, callback)``: the learner fed by the actors, and what to add to the run's notes once it has
+    trained."""
+
+
+def _learner(model: Any, config: TrainConfig, callback: RunCallback,
+             worker_learner: WorkerLearner | None) -> tuple[Learner, Callable[[], list[str]]]:
+    """``model.learn``, or with ``config.workers`` the learner fed by Ray actors; and what to add to the run's notes
+    once it has trained."""
     if not config.workers:
         return model.learn, list
-    import functools
+    return _worker_learner(config, worker_learner).learner(model, config, callback)
 
-    from herl.distributed.workers import WorkerStats, learn
 
-    stats = WorkerStats()
-
-    def notes() -> list[str]:
-        if not stats.lost_episodes:
-            return []
-        return [f"workers: {stats.actor_deaths} time(s) an actor's process died and Ray started it again; the "
-                f"{stats.lost_episodes} episode(s) they were playing were dropped (none stored in part)"]
-
-    return functools.partial(learn, model, env_id=config.env, env_kwargs=dict(config.env_kwargs),
-                             workers=config.workers, broadcast_every=config.broadcast_every, stats=stats,
-                             eval_hook=callback.use_remote_evaluate if config.eval.on_workers else None), notes
+def _worker_learner(config: TrainConfig, worker_learner: WorkerLearner | None) -> WorkerLearner:
+    if worker_learner is None:
+        raise CLIError(f"this run collects with {config.workers} Ray workers: train it with `herl train`, or pass "
+                       "worker_learner=herl.distributed.runs.WORKER_LEARNER")
+    return worker_learner
 
 
 def _eval_history(run_dir: Path) -> list[tuple[int, float | None, float]]:
     """The evaluations a resumed run already logged, from progress.csv."""
-    from herl.run.plot import read_progress
-
     rows = read_progress(run_dir / "progress.csv")
     history = []
     for row in rows:
@@ -511,22 +515,19 @@ def _summarize(run_dir: Path, config: TrainConfig, steps: int, wall_time: float,
 
 
 def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", position: int = 0,
-              on_eval: OnEval | None = None) -> RunSummary:
+              on_eval: OnEval | None = None, worker_learner: WorkerLearner | None = None) -> RunSummary:
     """Train a new run of ``config`` in ``run_dir`` (created; it must not hold a run already); ``on_eval`` is called
-    with each evaluation's results."""
+    with each evaluation's results; a run with ``workers`` learns through ``worker_learner``."""
     run_dir = Path(run_dir)
     if config.workers:  # before the folder exists: a refused run must not leave one that blocks the next command
-        from herl.distributed.cluster import check_worker_cpus, local_cpus, require_ray
-
-        ray = require_ray("training with workers")  # the Ray its learner will use: this process's, else a local one
-        available = ray.cluster_resources().get("CPU", 0) if ray.is_initialized() else local_cpus()
-        check_worker_cpus(config.workers, available)
+        _worker_learner(config, worker_learner).check(config.workers)
     run_dir.mkdir(parents=True, exist_ok=True)
     with _claim(run_dir):  # checked under the lock: two commands starting one folder at once cannot both pass
         if (run_dir / CONFIG_FILE).exists():
             raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume "
                            f"{shlex.quote(str(run_dir))}`, or choose another --run-dir")
-        return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval)
+        return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval,
+                      worker_learner=worker_learner)
 
 
 @contextlib.contextmanager
@@ -541,12 +542,14 @@ def _run_settings(config: TrainConfig, threads: int | None = None) -> Iterator[N
 
 
 def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None,
-           threads: int | None = None) -> RunSummary:
+           worker_learner: WorkerLearner | None, threads: int | None = None) -> RunSummary:
     with _run_settings(config, threads):
-        return _start_in(config, run_dir, progress=progress, position=position, on_eval=on_eval)
+        return _start_in(config, run_dir, progress=progress, position=position, on_eval=on_eval,
+                         worker_learner=worker_learner)
 
 
-def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None) -> RunSummary:
+def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: int, on_eval: OnEval | None,
+              worker_learner: WorkerLearner | None) -> RunSummary:
     from herl.run.demos import check_demos_env
 
     config = _record_scripted_demos(config, run_dir)
@@ -573,7 +576,7 @@ def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: in
     atomic_write_text(run_dir / CONFIG_FILE, json.dumps(resolved.to_json(), indent=1))
     try:
         return _train(model, resolved, run_dir, resume_step=None, wall_time_before=0.0, progress_mode=progress,
-                      position=position, on_eval=on_eval)
+                      position=position, on_eval=on_eval, worker_learner=worker_learner)
     finally:
         env.close()
 
@@ -590,9 +593,10 @@ def _precision_note(model: Any) -> str:
 
 
 def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "auto", position: int = 0,
-               on_eval: OnEval | None = None, threads: int | None = None) -> RunSummary:
+               on_eval: OnEval | None = None, threads: int | None = None,
+               worker_learner: WorkerLearner | None = None) -> RunSummary:
     """Continue the run in ``run_dir`` from its latest checkpoint (to ``timesteps`` if given; with ``threads`` torch
-    threads this time if given, its config's otherwise)."""
+    threads this time if given, its config's otherwise; a run with ``workers`` learns through ``worker_learner``)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     check_demos_exist(config, run_dir)
@@ -604,7 +608,8 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
                 stale.unlink(missing_ok=True)
             if timesteps is not None:
                 config = dataclasses.replace(config, timesteps=timesteps)
-            return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval, threads=threads)
+            return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval,
+                          worker_learner=worker_learner, threads=threads)
         if timesteps is not None and timesteps != config.timesteps:
             if timesteps < checkpoint.step:
                 raise CLIError(f"{run_dir} has trained {checkpoint.step} steps already, more than --timesteps "
@@ -624,7 +629,8 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
             try:
                 model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)
                 return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
-                              progress_mode=progress, position=position, on_eval=on_eval)
+                              progress_mode=progress, position=position, on_eval=on_eval,
+                              worker_learner=worker_learner)
             finally:
                 env.close()
 
@@ -707,24 +713,6 @@ def _load_usable_checkpoint(run_dir: Path, checkpoint: Any, env: Any, config: Tr
                    + f"\n  Start the run again in another folder (its settings are in {run_dir / CONFIG_FILE})")
 
 
-def read_config(run_dir: Path) -> TrainConfig:
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.exists():
-        raise CLIError(f"{run_dir} is not a run folder (it has no {CONFIG_FILE})")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise TypeError(f"it holds a {type(data).__name__}, not a mapping of settings")
-        if isinstance(data.get("hyperparameters"), dict) and data.get("algo") in ALGOS:
-            # every hyperparameter is written; one missing is a field added or re-defaulted since
-            config_class = algorithm_class(data["algo"]).config_class
-            data["hyperparameters"] = config_class.with_former_defaults(data["hyperparameters"])
-        config = TrainConfig.from_json(data)
-        validate_config(config)
-        return config
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError, CLIError) as err:
-        raise CLIError(f"{path} is damaged ({type(err).__name__}: {err}); it is the run's settings, written by "
-                       "`herl train`: restore it, or start the run again in another folder") from None
 
 
 def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list[RunSummary]:
@@ -803,22 +791,6 @@ def _where_runs_resume(signal_name: str, run_dirs: list[Path]) -> str:
     folder = parents.pop() if len(parents) == 1 else None
     how = f"`herl train --resume {shlex.quote(str(folder))}`" if folder else "`herl train --resume RUN_DIR` for each"
     return f"stopped by {signal_name}; continue with {how}:\n" + "\n".join(lines)
-
-
-def find_seed_runs(path: Path) -> list[Path]:
-    """The run folders (those with a config.json) at ``path`` or one level below it."""
-    path = Path(path)
-    if (path / CONFIG_FILE).exists():
-        return [path]
-    runs = sorted((p for p in path.iterdir() if (p / CONFIG_FILE).exists()), key=_seed_order) if path.is_dir() else []
-    if not runs:
-        raise CLIError(f"{path} is not a run folder: it holds no {CONFIG_FILE}, nor folders that do")
-    return runs
-
-
-def _seed_order(path: Path) -> tuple[int, str]:
-    suffix = path.name.rpartition("_")[2]
-    return (int(suffix) if suffix.isdigit() else 1 << 30, path.name)
 
 
 def default_run_dir(env_id: str, algo: str) -> Path:

@@ -646,7 +646,7 @@ class OffPolicyAlgorithm:
         if print_system_info:
             path = model_file.model_path(path, reading=True)  # a stream that cannot seek is read once, here
             model_file.print_system_info(path)
-        return model_file.load_model(cls, path, env=env, device=device, overrides=overrides,
+        return model_file.load_model(cls, path, env=env, device=device, overrides=overrides, classes=model_classes(),
                                      custom_objects=custom_objects, force_reset=force_reset)
 
     def save_replay_buffer(self, path: str | os.PathLike | IO[bytes]) -> None:
@@ -795,6 +795,24 @@ class Policy(nn.ModuleDict):
 
 
 ActingNetwork.model_loader = OffPolicyAlgorithm.load
+
+ALGORITHMS_BY_NAME: dict[str, type[OffPolicyAlgorithm]] = {}
+"""herl's algorithms by the name a model file gives them, filled by :mod:`herl.algorithms` (the floor above this one):
+``OffPolicyAlgorithm.load`` resolves a file's algorithm here."""
+
+
+def model_classes() -> Any:
+    """What the names in a model file stand for (:class:`herl.io.model.ModelClasses`: the file layer imports no class
+    above it)."""
+    from herl.io.model import ModelClasses
+    from herl.training.noise import noise_from_json
+
+    return ModelClasses(
+        algorithms=ALGORITHMS_BY_NAME,
+        buffers={c.__name__: c for c in (HerReplayBuffer, NStepReplayBuffer, ReplayBuffer)},
+        action_noise=noise_from_json,
+        policy_config=lambda algo, kwargs: PolicyConfig.from_kwargs(kwargs, algo.default_net_arch,
+                                                                    algo.default_n_critics, algo.policy_options))
 
 
 def _check_finite_observation(array: np.ndarray | torch.Tensor, name: str, batched: bool) -> None:

@@ -1,0 +1,61 @@
+"""What a run folder holds and how it is read: its settings (``config.json``), its summary, its progress, and the
+folders of several seeds. Below :mod:`herl.run.train`, :mod:`herl.run.evaluate`, :mod:`herl.run.plot` and
+:mod:`herl.run.demos`, which all read run folders (none of them imports another to do so).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from herl.run.config import ALGOS, TrainConfig, algorithm_class, validate_config
+from herl.run.errors import CLIError
+
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+
+
+def read_config(run_dir: Path) -> TrainConfig:
+    """The settings of the run in ``run_dir``, checked as the command line checks them (a CLIError if damaged)."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        raise CLIError(f"{run_dir} is not a run folder (it has no {CONFIG_FILE})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a {type(data).__name__}, not a mapping of settings")
+        if isinstance(data.get("hyperparameters"), dict) and data.get("algo") in ALGOS:
+            # every hyperparameter is written; one missing is a field added or re-defaulted since
+            config_class = algorithm_class(data["algo"]).config_class
+            data["hyperparameters"] = config_class.with_former_defaults(data["hyperparameters"])
+        config = TrainConfig.from_json(data, source=str(path))
+        validate_config(config)
+        return config
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError, CLIError) as err:
+        raise CLIError(f"{path} is damaged ({type(err).__name__}: {err}); it is the run's settings, written by "
+                       "`herl train`: restore it, or start the run again in another folder") from None
+
+
+def find_seed_runs(path: Path) -> list[Path]:
+    """The run folders (those with a config.json) at ``path`` or one level below it."""
+    path = Path(path)
+    if (path / CONFIG_FILE).exists():
+        return [path]
+    runs = sorted((p for p in path.iterdir() if (p / CONFIG_FILE).exists()), key=_seed_order) if path.is_dir() else []
+    if not runs:
+        raise CLIError(f"{path} is not a run folder: it holds no {CONFIG_FILE}, nor folders that do")
+    return runs
+
+
+def _seed_order(path: Path) -> tuple[int, str]:
+    suffix = path.name.rpartition("_")[2]
+    return (int(suffix) if suffix.isdigit() else 1 << 30, path.name)
+
+
+def read_progress(path: Path) -> list[dict[str, str]]:
+    """The rows of a run's ``progress.csv`` (none when it does not exist yet)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
