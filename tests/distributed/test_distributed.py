@@ -79,6 +79,15 @@ def test_unreachable_address_fails_within_seconds(address: str, tmp_path: Path, 
     assert address in err and "ray start --head" in err and "leave out --address" in err
 
 
+def test_a_sweep_on_an_unreachable_address_leaves_no_sweep_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The corrected command (another --address, or none) then runs as it is, instead of being told to resume."""
+    sweep_dir = tmp_path / "sweep"
+    assert herl("sweep", *BITS, "--timesteps", "100", "--seeds", "2", "--address", "127.0.0.1:1",
+                "--sweep-dir", sweep_dir) == 2
+    assert "127.0.0.1:1" in capsys.readouterr().err
+    assert not sweep_dir.exists()
+
+
 def test_unknown_search_parameter_or_distribution_names_the_valid_ones() -> None:
     from herl.distributed.sweep import parse_search
 

@@ -422,11 +422,11 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, address: str | None = None, c
         what = "this sweep" if other == spec else f"a sweep of {other.env} ({_preset_name(other)})"
         raise CLIError(f"{sweep_dir} already holds {what}: continue it with `herl sweep --resume {sweep_dir}`, or "
                        "choose another --sweep-dir")
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(existing, json.dumps(spec.to_json(), indent=1))
-    state = SweepState.start(spec, sweep_dir)
-    state.save()
-    with ray_session(address, cpus, what="herl sweep"):
+    with ray_session(address, cpus, what="herl sweep"):  # first: a cluster not reached leaves no sweep folder behind
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(existing, json.dumps(spec.to_json(), indent=1))
+        state = SweepState.start(spec, sweep_dir)
+        state.save()
         tuner.fit(spec, sweep_dir, state)
     return summarize(spec, sweep_dir, state)
 
