@@ -26,6 +26,7 @@ import torch
 from herl import DDPG, DQN, SAC, TD3, TQC, CrossQ, HerReplayBuffer, NormalActionNoise
 from herl.demos import generate_expert_traj
 from herl.envs import BitFlippingEnv, PointReachEnv
+from herl.nn import gemm
 
 EPISODE = 8
 N_BITS = 4
@@ -184,6 +185,24 @@ def assert_optimizer_state_fits(model) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_save_load_predict_and_train_on(case: Case, device: str, demonstrations, tmp_path: Path):
+    round_trip(case, device, demonstrations, tmp_path)
+
+
+@pytest.mark.skipif(not gemm.onednn_available(), reason="this PyTorch build has no oneDNN linear op")
+@pytest.mark.parametrize("case", [Case(algo, "goal", "her", True, 1, "float32", False) for algo in ALGOS], ids=str)
+def test_round_trip_with_onednn_products(case: Case, demonstrations, tmp_path: Path, monkeypatch):
+    """The same on the CPU's other float32 matmul path (herl.nn.gemm), every product through oneDNN (the networks
+    here are below its size threshold)."""
+    monkeypatch.setattr(gemm, "MIN_MULTIPLY_ADDS", 0)
+    gemm.set_cpu_backend("onednn")
+    try:
+        round_trip(case, "cpu", demonstrations, tmp_path)
+    finally:
+        gemm.set_cpu_backend("auto")
+
+
+def round_trip(case: Case, device: str, demonstrations, tmp_path: Path) -> None:
+    """Save, load, predict the same (with and without an env), then train on: the same as never interrupted."""
     model = make_model(case, demonstrations, device)
     model.learn(30)
     obs = observations(model)
