@@ -155,3 +155,17 @@ def test_small_products_keep_pytorchs_path(backend, monkeypatch):
     monkeypatch.setattr(gemm, "MIN_MULTIPLY_ADDS", 32 * 16 * 16)  # the hidden layer's product reaches it
     torch.testing.assert_close(net(x), small, rtol=1e-5, atol=1e-5)
     assert len(calls) == 2  # one per member, the hidden layer only
+
+
+@pytest.mark.parametrize("choice", ["onednn", "auto"])
+def test_compilers_trace_the_networks_whole(backend, choice):
+    """torch.compile sees one graph of PyTorch's standard ops: asking which backend is in use must not break it
+    (torch.backends.mkldnn.is_available is marked untraceable)."""
+    gemm.onednn_available.cache_clear()  # the first call in a process comes from inside the compiled region
+    backend(choice)
+    net = NETWORKS["ensemble relu"](torch.Generator().manual_seed(0))
+    x = torch.randn(4, 7)
+    explained = torch._dynamo.explain(net)(x)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+    ops = {str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert not any("mkldnn" in op for op in ops)

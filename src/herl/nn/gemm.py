@@ -81,7 +81,8 @@ over oneDNN's: 0.49x at 256x32x64, 0.88x at 512x64x64, 0.94x at 256x256x25, 1.17
 
 
 def _choice_allows(rows: int, inner: int, outer: int, *tensors: torch.Tensor) -> bool:
-    if cpu_backend() != "onednn" or torch.jit.is_tracing():  # a tracer records shapes as tensors: ask it first
+    # a compiler or a tracer asked first: a compiler cannot trace the backend's query, a tracer records shapes as tensors
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or cpu_backend() != "onednn":
         return False
     if rows * inner * outer < MIN_MULTIPLY_ADDS:
         return False
