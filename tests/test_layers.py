@@ -39,7 +39,7 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS: list[tuple[str, ...]] = [
     ("errors",), ("utils",), ("io",), ("envs",), ("nn",), ("export",), ("demos",), ("buffers",),
-    ("training", "algorithms.bc"), ("algorithms",), ("compat",), ("", "her", "demo"), ("run",), ("distributed",),
+    ("training", "algorithms.bc"), ("algorithms",), ("compat",), ("", "her", "demo"), ("batched",), ("run",), ("distributed",),
     ("cli", "__main__"),
 ]
 """Units of each layer, lowest first: a package or module under ``herl`` ("" for ``herl/__init__.py`` itself), or a

@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from herl.run.envs import action_repeat
     from herl.run.folders import find_seed_runs, read_config
-    from herl.run.train import resume_run, run_parallel
+    from herl.run.train import run_parallel
 
     if args.resume is not None:
         start_only = {"--algo": args.algo, "--preset": args.preset, "--config": args.config,
@@ -262,15 +262,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
         fits = {threads: _threads_beside(threads, parallel, explicit=False)
                 for threads in sorted({config.threads for config in run_configs.values()})}
         workers = max(config.workers for config in run_configs.values())
-        jobs = [(resume_run, {"run_dir": run, "timesteps": args.timesteps, "progress": args.progress,
-                              "threads": fits[config.threads], **_worker_learner(workers)})
+        jobs = [(_runner(config.env, "resume_run"), {"run_dir": run, "timesteps": args.timesteps,
+                                                      "progress": args.progress, "threads": fits[config.threads],
+                                                      **_worker_learner(config.workers and workers)})
                 for run, config in run_configs.items()]
         with _ray_for(args, workers):
             _print_summaries(run_parallel(jobs, args.jobs))
         return 0
     configs, run_dir = _train_configs(args)
-    from herl.run.train import start_run
-
     configs = _share_cores(args, configs)
 
     existing = [run_dir / f"seed_{c.seed}" for c in configs if (run_dir / f"seed_{c.seed}" / "config.json").exists()]
@@ -291,15 +290,32 @@ def _cmd_train(args: argparse.Namespace) -> int:
     repeat = action_repeat(config.env_kwargs)
     steps = (f"{config.timesteps:,} decisions (action repeat {repeat}: up to {config.timesteps * repeat:,} env steps)"
              if repeat > 1 else f"{config.timesteps:,} steps")
+    if config.batched is not None:
+        steps += f" of {config.n_envs:,} batched envs"
     print(f"herl train: {config.algo.upper()}{her} on {config.env}{preset}, {steps}, seed(s) {seeds} -> {run_dir}",
           flush=True)
-    jobs = [(start_run, {"config": c, "run_dir": run_dir / f"seed_{c.seed}", "progress": args.progress,
-                         **_worker_learner(config.workers)}) for c in configs]
+    jobs = [(_runner(c.env, "start_run"), {"config": c, "run_dir": run_dir / f"seed_{c.seed}",
+                                            "progress": args.progress, **_worker_learner(config.workers)})
+            for c in configs]
     with _ray_for(args, config.workers):
         _print_summaries(run_parallel(jobs, args.jobs))
     quoted = shlex.quote(str(run_dir))
     print(f"curves: herl plot {quoted}    evaluation: herl eval {quoted}    tensorboard --logdir {quoted}")
     return 0
+
+
+def _runner(env_id: str, name: str) -> Any:
+    """``start_run`` or ``resume_run`` for a run on ``env_id``: :mod:`herl.run.batched`'s for a batched env (whose
+    runs build on herl.run.train's, which therefore cannot send them there itself), :mod:`herl.run.train`'s else."""
+    from herl.batched.registry import is_batched_env
+
+    if is_batched_env(env_id):
+        from herl.run import batched
+
+        return getattr(batched, name)
+    from herl.run import train
+
+    return getattr(train, name)
 
 
 def _share_cores(args: argparse.Namespace, configs: list[Any]) -> list[Any]:
@@ -379,7 +395,7 @@ def _train_configs(args: argparse.Namespace) -> tuple[list[Any], Path]:
 
     settings = _settings(args)
     configs = [build_config(seed=seed, **settings) for seed in dict.fromkeys(args.seed)]
-    if configs[0].her is not None:
+    if configs[0].her is not None and configs[0].batched is None:  # a batched env's goals are checked by its class
         check_her_env(configs[0].env, dict(configs[0].env_kwargs))
     if configs[0].demos is not None:  # before any run folder: each run checks again (herl.run.start_run)
         from herl.run.demos import check_demos_env
@@ -405,7 +421,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     if env is None:
         raise CLIError("say which env to train on with --env ID (or continue a run with --resume RUN_DIR); "
                        "`herl list` shows the envs with a preset")
-    env_id = resolve_env_id(env)
+    batched = _batched_id(env)
+    env_id = env if batched else resolve_env_id(env)
     preset = preset or _preset(args, env_id)
     set_layer = dict(parse_assignment(text) for text in args.set)
     flags: dict[str, Any] = {}
@@ -419,13 +436,21 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         flags["her.enabled"] = False
     # The env's arguments are needed to look at it before the algorithm (hence its preset section) is known.
     env_kwargs = {k[4:]: v for k, v in {**(preset.common if preset else {}), **set_layer}.items() if k.startswith("env.")}
-    probe = make_env(env_id, env_kwargs)
-    try:
-        algo = args.algo or (preset.algo if preset else _default_algo(probe))
-        check_algorithm_fits(algo, env_id, probe.action_space)
-        goal_env = is_goal_env(probe)
-    finally:
-        probe.close()
+    if batched:  # one env, on the CPU: checks the id and the env settings before anything else is built
+        from herl.run.batched import make_env as make_batched_env
+
+        action_space = make_batched_env(env_id, env_kwargs, 1, "cpu").single_action_space
+        algo = args.algo or (preset.algo if preset else _default_algo(action_space))
+        check_algorithm_fits(algo, env_id, action_space)
+        goal_env = True
+    else:
+        probe = make_env(env_id, env_kwargs)
+        try:
+            algo = args.algo or (preset.algo if preset else _default_algo(probe.action_space))
+            check_algorithm_fits(algo, env_id, probe.action_space)
+            goal_env = is_goal_env(probe)
+        finally:
+            probe.close()
     layers = [*(preset.layers(algo) if preset else []), ("the command-line flags", flags), ("--set", set_layer)]
     if args.demos is not None:
         # The dataset is a flag, so it wins over a preset's (a *_demos preset's scripted expert; build_config notes
@@ -459,10 +484,17 @@ def _demo_path(path: str, algo: str) -> str:
     return path
 
 
-def _default_algo(env: Any) -> str:
+def _default_algo(action_space: Any) -> str:
     from gymnasium import spaces
 
-    return "dqn" if isinstance(env.action_space, spaces.Discrete) else "sac"
+    return "dqn" if isinstance(action_space, spaces.Discrete) else "sac"
+
+
+def _batched_id(env_id: str) -> bool:
+    """Whether ``env_id`` names a batched env, or looks meant to (so that a misspelt one is told the batched ids)."""
+    from herl.batched.registry import is_batched_env
+
+    return is_batched_env(env_id) or env_id.startswith("herl/Batched")
 
 
 def _print_summaries(summaries: list[Any]) -> None:
@@ -557,6 +589,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if args.env is None:
             _confirm_env_module(env_id, item.path)
         kwargs = {**item.env_kwargs, **env_kwargs}
+        if _batched_id(env_id):
+            from herl.run.batched import evaluate_model
+
+            if args.video is not None:
+                raise CLIError(f"{env_id} is a batched env, which draws no frames: leave out --video, or record the "
+                               f"model on a gymnasium env of the same spaces (--env {_twin(env_id)})")
+            model = load_model(item.path, args.device)
+            results.append(evaluate_model(model, env_id, kwargs, episodes=args.episodes,
+                                          deterministic=args.deterministic, seed=args.seed, name=item.name))
+            continue
         model = load_model(item.path, args.device)
         results.append(evaluate(model, env_id, kwargs, episodes=args.episodes, deterministic=args.deterministic,
                                 seed=args.seed, name=item.name))
@@ -572,6 +614,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(format_table(["model", "trained steps", "episodes", "success rate", "95% interval", "mean return",
                         "episode length"], rows))
     return 0
+
+
+def _twin(env_id: str) -> str:
+    from herl.batched.registry import GYMNASIUM_TWINS
+
+    return GYMNASIUM_TWINS.get(env_id, "ID")
 
 
 def _fmt_interval(interval: tuple[float, float] | None) -> str:

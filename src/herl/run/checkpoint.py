@@ -99,9 +99,17 @@ def complete_checkpoints(run_dir: Path) -> list[Checkpoint]:
     return sorted(out, key=lambda c: c.step, reverse=True)
 
 
+BATCHED_TRAINER_FILE = "trainer.zip"
+BATCHED_RUN_FILE = "run.json"
+"""A batched run's checkpoint (:mod:`herl.run.batched`) holds ``model.zip``, the trainer's ``trainer.zip`` (buffer,
+envs, counters) and ``run.json`` (the run's wall time) instead of the buffer and loop-state files."""
+
+
 def _complete(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink() and all((path / f).is_file() for f in (MODEL_FILE, BUFFER_FILE,
-                                                                                          STATE_FILE))
+    if not path.is_dir() or path.is_symlink():
+        return False
+    return any(all((path / f).is_file() for f in files)
+               for files in ((MODEL_FILE, BUFFER_FILE, STATE_FILE), (MODEL_FILE, BATCHED_TRAINER_FILE, BATCHED_RUN_FILE)))
 
 
 def write_checkpoint(run_dir: Path, model: Any, env: Any, *, wall_time: float, keep: int = 2) -> Checkpoint:

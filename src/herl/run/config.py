@@ -12,7 +12,9 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
 - ``eval.freq``, ``eval.episodes``, ``eval.deterministic``, ``eval.on_workers``; ``checkpoint.freq``, ``checkpoint.keep``;
 - ``demos.path`` (``--demos``), ``demos.batch_ratio``: demonstrations in the HER buffer (``bc_loss_weight`` weighs the
-  behaviour-cloning loss on them).
+  behaviour-cloning loss on them);
+- ``batched.updates_per_step``, ``batched.collect_steps``: how a run on a batched env (``herl/BatchedPointReach-v0``,
+  :mod:`herl.batched`) collects and updates; ``n_envs`` is then the number of envs stepped as one batch of tensors.
 
 Later layers win: defaults, then the preset's common settings, its section for the algorithm, the flags, ``--set``.
 """
@@ -141,6 +143,22 @@ class DemoSettings:
 
 
 @dataclass(frozen=True)
+class BatchedLoopSettings:
+    """How a run on a batched env collects and updates (:class:`herl.batched.trainer.BatchedTrainer`'s settings; the
+    HER ones come from ``her.*``). Only batched env ids take them."""
+
+    updates_per_step: float = 1 / 64
+    """Gradient steps per env step, counting every env's steps (the update-to-data ratio): with 1,024 envs, 1/64 makes
+    16 updates after each step of all envs."""
+    collect_steps: int = 1
+    """Steps of every env between two rounds of updates."""
+
+
+DEFAULT_BATCHED_ENVS = 256
+"""``n_envs`` of a run on a batched env whose settings name none."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines one training run (one seed); written to the run folder as ``config.json``."""
 
@@ -183,6 +201,8 @@ class TrainConfig:
     """Periodic checkpoints."""
     demos: DemoSettings | None = None
     """Demonstrations to learn from, or None."""
+    batched: BatchedLoopSettings | None = None
+    """How a run on a batched env collects and updates; None for every other env."""
     preset: str | None = None
     """The preset the settings came from, if any."""
     notes: tuple[str, ...] = ()
@@ -201,12 +221,14 @@ class TrainConfig:
             her = {key[len("her."):]: value for key, value in drop_removed_options(
                 {f"her.{key}": value for key, value in her.items()}, source, prefix="her.").items()}
         demos = data.pop("demos", None)
+        batched = data.pop("batched", None)
         policy = dict(data.pop("policy", {}))
         if policy.get("net_arch") is not None:
             policy["net_arch"] = tuple(policy["net_arch"])
         return cls(
             her=None if her is None else HerSettings(**her),
             demos=None if demos is None else DemoSettings(**demos),
+            batched=None if batched is None else BatchedLoopSettings(**batched),
             policy=PolicySettings(**policy),
             noise=NoiseSettings(**data.pop("noise", {})),
             eval=EvalSettings(**data.pop("eval", {})),
@@ -231,7 +253,7 @@ RUN_KEYS = {"timesteps": int, "n_envs": int, "device": str, "threads": int, "log
             "broadcast_every": int}
 SECTIONS: dict[str, type] = {
     "her": HerSettings, "policy": PolicySettings, "noise": NoiseSettings, "eval": EvalSettings,
-    "checkpoint": CheckpointSettings, "demos": DemoSettings,
+    "checkpoint": CheckpointSettings, "demos": DemoSettings, "batched": BatchedLoopSettings,
 }
 
 
@@ -338,6 +360,16 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
         noise_type = "normal" if algo in ("ddpg", "td3") else "none"
         settings["noise"] = dataclasses.replace(settings["noise"], type=noise_type)
     _check_algorithm_settings(algo, hyperparameters, settings["policy"])
+    batched = None
+    if _is_batched_env(env):
+        batched = settings["batched"]
+        if "n_envs" not in run:
+            run["n_envs"] = DEFAULT_BATCHED_ENVS
+            notes.append(f"n_envs={DEFAULT_BATCHED_ENVS} batched envs, chosen by herl: set --n-envs N to choose")
+    else:  # a preset's batched table is for its batched envs (as its [algos.X] tables for X): others leave it out
+        given = sorted(key for key in flat if key.startswith("batched.") and not sources[key].startswith("preset"))
+        if given:
+            raise CLIError(_batched_only_message(env, given))
     demos = settings["demos"] if sections["demos"] else None
     if demos is not None and not demos.path:
         raise CLIError("demos.batch_ratio is set but no demonstrations are: give them with --demos DIR")
@@ -353,10 +385,60 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
     config = TrainConfig(
         algo=algo, env=env, env_kwargs=sections["env"], seed=seed, preset=preset, hyperparameters=hyperparameters,
         her=settings["her"] if her_on else None, policy=settings["policy"], noise=settings["noise"],
-        eval=settings["eval"], checkpoint=settings["checkpoint"], demos=demos, notes=tuple(notes), **run,
+        eval=settings["eval"], checkpoint=settings["checkpoint"], demos=demos, batched=batched, notes=tuple(notes),
+        **run,
     )
     validate_config(config)
     return config
+
+
+def _is_batched_env(env_id: str) -> bool:
+    from herl.batched.registry import is_batched_env
+
+    return is_batched_env(env_id)
+
+
+def _batched_only_message(env_id: str, keys: list[str]) -> str:
+    from herl.batched.registry import BATCHED_ENVS
+
+    return (f"{', '.join(keys)}: the batched.* settings are for batched envs ({', '.join(BATCHED_ENVS)}), and "
+            f"{env_id} is not one: drop them, or train a batched env")
+
+
+def _check_batched(config: TrainConfig) -> None:
+    """Refuse the settings that mean nothing on a batched env, saying what to do instead: its envs are stepped as
+    one batch of tensors in the training process, and its HER buffer (:class:`herl.batched.buffer.BatchedHerBuffer`)
+    relabels at sampling time with goals of the same episode, from goals alone."""
+    if config.batched is None:
+        raise CLIError(f"{config.env} is a batched env, but the settings have no batched table: start the run with "
+                       "`herl train`, which fills it in")
+    refusals = []
+    if config.workers:
+        refusals.append(f"workers={config.workers}: a batched env steps all its envs as one batch in the training "
+                        "process, so there is nothing for Ray workers to collect; leave workers at 0 and raise "
+                        "--n-envs instead")
+    if config.demos is not None:
+        refusals.append(f"demos.path={config.demos.path}: the batched HER buffer has no store for demonstrations; "
+                        "drop --demos, or learn from them on the envs stepped one at a time (herl/PointReach-v0)")
+    if config.noise.type == "ornstein-uhlenbeck":
+        refusals.append("noise.type=ornstein-uhlenbeck: its noise keeps a state per env, which batched runs do not "
+                        "keep; use noise.type=normal")
+    her = config.her
+    if her is not None:
+        if her.strategy == "random":
+            refusals.append("her.strategy=random: the batched HER buffer relabels with goals of the same episode; "
+                            "use future, final or episode")
+        if her.online_sampling is False:
+            refusals.append("her.online_sampling=false: the batched HER buffer relabels when it samples, never when "
+                            "it stores; leave her.online_sampling true")
+        if her.desired_goal_share:
+            refusals.append(f"her.desired_goal_share={her.desired_goal_share}: the batched HER buffer relabels with "
+                            "achieved goals only; set it to 0")
+        if her.copy_info_dict:
+            refusals.append("her.copy_info_dict=true: batched envs compute their rewards from the goals alone, "
+                            "without info dicts; leave it false")
+    if refusals:
+        raise CLIError(f"{config.env} is a batched env, where these settings do not apply:\n  " + "\n  ".join(refusals))
 
 
 def _replaced_demos_note(path: Any, source: str, preset_path: Any, preset_source: str) -> str:
@@ -448,6 +530,9 @@ def validate_config(config: TrainConfig) -> None:
                   ("her.desired_goal_share", config.her.desired_goal_share, DESIRED_GOAL_SHARE),
                   ("her.online_sampling", config.her.online_sampling, BOOL),
                   ("her.copy_info_dict", config.her.copy_info_dict, BOOL)]
+    if config.batched is not None:
+        rules += [("batched.updates_per_step", config.batched.updates_per_step, number(0.0)),
+                  ("batched.collect_steps", config.batched.collect_steps, POSITIVE_INT)]
     if config.demos is not None:
         from herl.buffers.her import DEMO_BATCH_RATIO
 
@@ -457,6 +542,10 @@ def validate_config(config: TrainConfig) -> None:
     try:
         for name, value, rule in rules:
             check("", name, value, rule)
+        if _is_batched_env(config.env):
+            _check_batched(config)
+        elif config.batched is not None:
+            raise CLIError(_batched_only_message(config.env, ["batched"]))
         if config.workers and config.n_envs != 1:
             raise CLIError(f"with workers, each worker steps one env: use n_envs=1 (got {config.n_envs}) and more "
                            "workers")

@@ -519,6 +519,7 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
     """Train a new run of ``config`` in ``run_dir`` (created; it must not hold a run already); ``on_eval`` is called
     with each evaluation's results; a run with ``workers`` learns through ``worker_learner``."""
     run_dir = Path(run_dir)
+    _refuse_batched(config.env)
     if config.workers:  # before the folder exists: a refused run must not leave one that blocks the next command
         _worker_learner(config, worker_learner).check(config.workers)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -528,6 +529,16 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
                            f"{shlex.quote(str(run_dir))}`, or choose another --run-dir")
         return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval,
                       worker_learner=worker_learner)
+
+
+def _refuse_batched(env_id: str) -> None:
+    """Runs on batched envs are trained by :mod:`herl.run.batched` (``herl train`` sends them there): this module
+    steps gymnasium envs, and cannot import that one, which builds on it."""
+    from herl.batched.registry import is_batched_env
+
+    if is_batched_env(env_id):
+        raise CLIError(f"{env_id} is a batched env: its runs are trained by herl.run.batched.start_run and "
+                       "resume_run (what `herl train` calls for it), not herl.run.train's")
 
 
 @contextlib.contextmanager
@@ -599,6 +610,7 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
     threads this time if given, its config's otherwise; a run with ``workers`` learns through ``worker_learner``)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
+    _refuse_batched(config.env)
     check_demos_exist(config, run_dir)
     with _claim(run_dir):
         remove_partial_checkpoints(run_dir)
@@ -610,20 +622,9 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
                 config = dataclasses.replace(config, timesteps=timesteps)
             return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval,
                           worker_learner=worker_learner, threads=threads)
-        if timesteps is not None and timesteps != config.timesteps:
-            if timesteps < checkpoint.step:
-                raise CLIError(f"{run_dir} has trained {checkpoint.step} steps already, more than --timesteps "
-                               f"{timesteps}")
-            note = _outgrown_buffer_note(config, timesteps)
-            notes = tuple(n for n in config.notes if not n.startswith(OUTGROWN_BUFFER)) + ((note,) if note else ())
-            config = dataclasses.replace(config, timesteps=timesteps, notes=notes)
-            if note:
-                print(f"herl train: note: {note}", file=sys.stderr, flush=True)
-            atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config.to_json(), indent=1))
-        summary_path = run_dir / SUMMARY_FILE
-        if checkpoint.step >= config.timesteps and summary_path.exists():
-            with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
-                return RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))  # finished: nothing to do
+        config, finished = resumed_config(run_dir, config, checkpoint.step, timesteps)
+        if finished is not None:
+            return finished
         with _run_settings(config, threads):  # this session's threads only: config.json keeps the run's own
             env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
             try:
@@ -636,6 +637,27 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
 
 
 OUTGROWN_BUFFER = "the buffer keeps the"
+
+
+def resumed_config(run_dir: Path, config: TrainConfig, step: int,
+                   timesteps: int | None) -> tuple[TrainConfig, RunSummary | None]:
+    """The config a run resumed at ``step`` continues with (``--timesteps`` given: extended to it, config.json
+    rewritten, with a note where the buffer is now smaller than the run), and the run's summary if it has finished
+    already (nothing to do)."""
+    if timesteps is not None and timesteps != config.timesteps:
+        if timesteps < step:
+            raise CLIError(f"{run_dir} has trained {step} steps already, more than --timesteps {timesteps}")
+        note = _outgrown_buffer_note(config, timesteps)
+        notes = tuple(n for n in config.notes if not n.startswith(OUTGROWN_BUFFER)) + ((note,) if note else ())
+        config = dataclasses.replace(config, timesteps=timesteps, notes=notes)
+        if note:
+            print(f"herl train: note: {note}", file=sys.stderr, flush=True)
+        atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config.to_json(), indent=1))
+    summary_path = run_dir / SUMMARY_FILE
+    if step >= config.timesteps and summary_path.exists():
+        with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
+            return config, RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))
+    return config, None
 
 
 def _outgrown_buffer_note(config: TrainConfig, timesteps: int) -> str | None:
@@ -693,14 +715,21 @@ def check_demos_exist(config: TrainConfig, run_dir: Path) -> None:
 def _load_usable_checkpoint(run_dir: Path, checkpoint: Any, env: Any, config: TrainConfig) -> tuple[Any, float, Any]:
     """Load ``checkpoint``; if it is damaged (a truncated or deleted file), the newest older one that loads, saying
     so (issue 10)."""
+    return first_loadable_checkpoint(run_dir, checkpoint, lambda c: load_checkpoint(c, env, device=config.device))
+
+
+def first_loadable_checkpoint(run_dir: Path, checkpoint: Any, load: Callable[[Any], tuple[Any, float]],
+                              errors: tuple[type[BaseException], ...] = ()) -> tuple[Any, float, Any]:
+    """``(*load(c), c)`` for ``checkpoint``, or where it fails (herl's errors, OSError, and ``errors``), for the
+    newest older complete checkpoint that loads, saying which; a CLIError when none does."""
     from herl.errors import HerlError
 
     candidates = [checkpoint, *(c for c in complete_checkpoints(run_dir) if c.step < checkpoint.step)]
     problems = []
     for candidate in candidates:
         try:
-            model, wall_time = load_checkpoint(candidate, env, device=config.device)
-        except (HerlError, OSError) as err:
+            loaded, wall_time = load(candidate)
+        except (HerlError, OSError, *errors) as err:
             problems.append(f"{candidate.path.name}: {err}")
             print(f"herl train: checkpoint {candidate.path} cannot be loaded ({err}); trying an older one",
                   file=sys.stderr, flush=True)
@@ -708,11 +737,9 @@ def _load_usable_checkpoint(run_dir: Path, checkpoint: Any, env: Any, config: Tr
         if candidate is not checkpoint:
             print(f"herl train: resuming {run_dir} from {candidate.path.name} (step {candidate.step:,}), the newest "
                   "checkpoint that loads", file=sys.stderr, flush=True)
-        return model, wall_time, candidate
+        return loaded, wall_time, candidate
     raise CLIError(f"no checkpoint of {run_dir} can be loaded:\n  " + "\n  ".join(problems)
                    + f"\n  Start the run again in another folder (its settings are in {run_dir / CONFIG_FILE})")
-
-
 
 
 def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list[RunSummary]:
