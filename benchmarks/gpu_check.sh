@@ -5,7 +5,9 @@
 #      predict and train on for every algorithm and setting, and models crossing between the CPU and CUDA;
 #   2. a CLI run on CUDA killed with SIGKILL after a checkpoint and resumed (`herl train --resume`), compared with the
 #      same run never interrupted;
-#   3. the first 3,000 decisions of the fetch_push preset on CUDA, timed (decisions/s).
+#   3. the first 3,000 decisions of the fetch_push preset on CUDA, timed (decisions/s);
+#   4. batched goal envs on the device (herl.batched): env steps per minute end to end, SAC + HER on
+#      BatchedPointReach at 4,096 and 16,384 envs.
 #
 # Usage, from the repository root: bash benchmarks/gpu_check.sh [OUT_DIR]   (default $OUT, else /tmp/gpu_check)
 # It prints one PASS/FAIL line per part and writes the log to OUT_DIR/gpu_check.log; record the result with the
@@ -46,7 +48,7 @@ part() {  # part NAME COMMAND...: run it, log it, print PASS or FAIL with its ti
 # 1. every test that needs CUDA (they skip elsewhere), and the round-trip matrix's CUDA half
 part "cuda tests" timeout 300 "$PY" -m pytest -q -p no:warnings -p no:cacheprovider -o addopts="" \
     tests/io/test_round_trip_matrix.py tests/buffers/test_storage_device.py tests/buffers/test_her_sampling.py \
-    tests/nn/test_precision.py -k "cuda or CUDA"
+    tests/nn/test_precision.py tests/batched -k "cuda or CUDA"
 
 # 2. a CUDA run killed after a checkpoint and resumed, against the same run never interrupted
 part "cli resume on cuda" timeout 240 "$PY" benchmarks/gpu_resume_check.py "$OUT_DIR/resume"
@@ -56,4 +58,9 @@ start=$SECONDS
 part "fetch_push 3000 decisions" timeout 300 "$PY" -m herl train --env FetchPush-v4 --device cuda --timesteps 3000 \
     --set eval.freq=100000 --set checkpoint.freq=100000 --progress off --run-dir "$OUT_DIR/push"
 echo "fetch_push: 3000 decisions in $((SECONDS - start)) s including start-up" | tee -a "$LOG"
+
+# 4. batched envs, buffer and updates on the device: env steps per minute end to end
+part "batched throughput" timeout 150 "$PY" benchmarks/batched_throughput.py --device cuda --n-envs 4096 16384 \
+    --steps 4000000 --warmup 400000 --batch-size 4096 --updates-per-step 0.001
+grep -A4 "^| n_envs" "$LOG" | tail -n +3
 exit $status

@@ -692,6 +692,8 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     from herl.envs import GoalEnvError, GoalEnvWarning, check_goal_env
     from herl.run.envs import make_env
 
+    if _batched_id(args.env):
+        return _check_batched_env(args)
     env = make_env(args.env, _env_set(args.set))
     print(f"{args.env}\n  observation space: {env.observation_space}\n  action space: {env.action_space}")
     limit = env.spec.max_episode_steps if env.spec is not None else None
@@ -711,6 +713,34 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
         if issubclass(warning.category, GoalEnvWarning):
             print(f"warning: {warning.message}")
     print(f"OK: {args.env} can be trained with HER (checked over {args.steps} random steps)")
+    return 0
+
+
+def _check_batched_env(args: argparse.Namespace) -> int:
+    """check-env of a batched env id: 16 envs on the CPU through :func:`herl.batched.check_batched_goal_env`."""
+    import warnings
+
+    from herl.batched import check_batched_goal_env
+    from herl.batched.registry import make_batched_env
+    from herl.envs import GoalEnvError, GoalEnvWarning
+
+    try:
+        env = make_batched_env(args.env, 16, "cpu", **_env_set(args.set))
+    except (TypeError, ValueError) as err:
+        raise CLIError(str(err)) from None
+    print(f"{args.env} (batched: 16 envs on the CPU)\n  observation space (each env): {env.single_observation_space}"
+          f"\n  action space (each env): {env.single_action_space}\n  episode limit: {env.max_episode_steps}")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GoalEnvWarning)
+            check_batched_goal_env(env, steps=args.steps)
+    except GoalEnvError as err:
+        print(f"FAIL: {err}")
+        return 1
+    for warning in caught:
+        if issubclass(warning.category, GoalEnvWarning):
+            print(f"warning: {warning.message}")
+    print(f"OK: {args.env} can be trained with HER on batched envs (checked over {args.steps} steps of every env)")
     return 0
 
 

@@ -110,3 +110,20 @@ def test_refusals_name_the_fix(tmp_path):
         BatchedTrainer.load(tmp_path / "run", BatchedPointReach(n_envs=5))
     with pytest.raises(ValueError, match="own env"):
         trainer.evaluate()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_trains_and_resumes_on_cuda(tmp_path):
+    """Envs, buffer and model on the GPU: training runs there, and a saved run continues as the run never stopped."""
+    def trainer(device):
+        env = BatchedPointReach(n_envs=64, device=device)
+        return BatchedTrainer(build(herl.SAC, env, device=device), env, updates_per_step=1 / 8)
+
+    straight = trainer("cuda").learn(2_048)
+    first = trainer("cuda").learn(1_024)
+    first.save(tmp_path / "run")
+    resumed = BatchedTrainer.load(tmp_path / "run", BatchedPointReach(n_envs=64, device="cuda")).learn(2_048)
+    assert resumed.model.device.type == "cuda" and resumed.buffer.device.type == "cuda"
+    a, b = weights(straight.model), weights(resumed.model)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

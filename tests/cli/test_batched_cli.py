@@ -193,3 +193,12 @@ def test_list_shows_the_preset_and_the_gymnasium_runner_refuses_batched_runs(
 
     with pytest.raises(CLIError, match="herl.run.batched"):
         resume_run(whole)
+
+
+def test_check_env_checks_batched_envs(capsys):
+    assert herl("check-env", "herl/BatchedBitFlipping-v0", "--set", "env.n_bits=5") == 0
+    assert "OK: herl/BatchedBitFlipping-v0" in capsys.readouterr().out
+    assert herl("check-env", "herl/BatchedPointRech-v0") == 2
+    assert "did you mean herl/BatchedPointReach-v0" in capsys.readouterr().err
+    assert herl("check-env", "herl/BatchedPointReach-v0", "--set", "env.foo=1") == 2
+    assert "env.distance_threshold" in capsys.readouterr().err
