@@ -1,6 +1,6 @@
 """Env steps per minute end to end on batched device-resident goal envs: collection, HER storage and sampling, and
 the updates, with herl.batched.BatchedTrainer (SAC + HER future k=4 on BatchedPointReach), and the time split between
-the three.
+the three; then the time of one env step, one ``add`` and one ``sample`` alone.
 
 Each configuration trains ``--warmup`` env steps first (learning_starts inside it), then ``--steps`` more are timed.
 The split comes from a second pass of the same length that times collection (env step + acting + add) and
@@ -18,6 +18,7 @@ import argparse
 import platform
 import time
 
+import numpy as np
 import torch
 
 import herl
@@ -58,6 +59,7 @@ def main() -> None:
           f"{args.updates_per_step:g} updates per env step, HER future k=4")
     print("| n_envs | env steps/min | updates/s | collect share | update share |")
     print("|---|---|---|---|---|")
+    parts = []
     for n_envs in args.n_envs:
         trainer = build(n_envs, args)
         trainer.learn(args.warmup)
@@ -70,6 +72,34 @@ def main() -> None:
         collect, update = split(trainer, args.steps, device)
         print(f"| {n_envs} | {60 * args.steps / elapsed:,.0f} | {updates / elapsed:,.0f} | "
               f"{collect / (collect + update):.0%} | {update / (collect + update):.0%} |", flush=True)
+        parts.append((n_envs, operations(trainer, args.batch_size, device)))
+    print(f"\nms per call (medians of 200): env step, buffer add, buffer sample({args.batch_size}) with relabeling")
+    for n_envs, (step_ms, add_ms, sample_ms) in parts:
+        print(f"{n_envs} envs: step {step_ms:.3f}, add {add_ms:.3f}, sample {sample_ms:.3f}")
+
+
+def operations(trainer: BatchedTrainer, batch_size: int, device: torch.device) -> tuple[float, float, float]:
+    """Median milliseconds of one env step, one ``add`` of it and one ``sample``, each timed alone."""
+    env, buffer = trainer.env, trainer.buffer
+    actions = trainer._explore(trainer.obs)
+    env_actions = trainer._env_actions(actions)
+    times: dict[str, list[float]] = {"step": [], "add": [], "sample": []}
+    for _ in range(200):
+        sync(device)
+        t0 = time.perf_counter()
+        step = env.step(env_actions)
+        sync(device)
+        t1 = time.perf_counter()
+        buffer.add(trainer.obs, actions, step.reward, step.terminated, step.truncated, step.final_obs)
+        sync(device)
+        t2 = time.perf_counter()
+        buffer.sample(batch_size)
+        sync(device)
+        t3 = time.perf_counter()
+        trainer.obs = step.obs
+        for name, seconds in (("step", t1 - t0), ("add", t2 - t1), ("sample", t3 - t2)):
+            times[name].append(seconds * 1e3)
+    return tuple(float(np.median(times[name])) for name in ("step", "add", "sample"))
 
 
 def split(trainer: BatchedTrainer, steps: int, device: torch.device) -> tuple[float, float]:

@@ -107,6 +107,8 @@ class BatchedTrainer:
         self._ended = torch.zeros(2, dtype=torch.int64, device=env.device)
         self._succeeded = torch.zeros(2, dtype=torch.int64, device=env.device)
         self.log: list[dict[str, float]] = []
+        self._bounds: tuple[torch.Tensor, torch.Tensor] | None = None  # the action space's low and high - low
+        self._noise: tuple[Any, Any] | None = None  # (the model's action noise, its sigma as a tensor)
 
     # ------------------------------------------------------------------ acting
     def _explore(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -127,7 +129,9 @@ class BatchedTrainer:
                     pick = torch.rand((n, 1), generator=model.torch_rng, device=model.device) < eps
                     actions = torch.where(pick, random, actions)
                 return actions
-            sigma = _noise_sigma(model)
+            if self._noise is None or self._noise[0] is not model.action_noise:  # the noise a user set since
+                self._noise = (model.action_noise, _noise_sigma(model))
+            sigma = self._noise[1]
             if sigma is not None:
                 noise = torch.randn(actions.shape, generator=model.torch_rng, device=model.device) * sigma
                 actions = (actions + noise).clamp(-1.0, 1.0)
@@ -142,9 +146,11 @@ class BatchedTrainer:
         space = self.model.action_space
         if isinstance(space, spaces.Discrete):
             return actions.reshape(-1) + int(space.start)
-        low = torch.as_tensor(space.low, device=actions.device)
-        high = torch.as_tensor(space.high, device=actions.device)
-        return low + 0.5 * (actions + 1.0) * (high - low)
+        if self._bounds is None:  # made once: a copy to the device each step would wait for it
+            low = torch.as_tensor(space.low, device=actions.device)
+            self._bounds = (low, torch.as_tensor(space.high, device=actions.device) - low)
+        low, span = self._bounds
+        return low + 0.5 * (actions + 1.0) * span
 
     # ------------------------------------------------------------------ training
     def learn(self, total_timesteps: int, *, log_every: int | None = None,

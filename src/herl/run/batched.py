@@ -23,7 +23,6 @@ import json
 import os
 import shlex
 import shutil
-import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,16 +47,15 @@ from herl.run.train import (
     OnEval,
     RunSummary,
     StopOnSignal,
-    _chosen_buffer_note,
     _chosen_buffer_size,
     _claim,
     _eval_history,
     _next_multiple,
-    _precision_note,
     _run_settings,
     _summarize,
     check_algorithm_fits,
     first_loadable_checkpoint,
+    resolved_config,
     resumed_config,
 )
 
@@ -378,19 +376,8 @@ def _start(config: TrainConfig, run_dir: Path, *, progress: str, position: int, 
         device = _device(config)
         env = make_env(config.env, config.env_kwargs, config.n_envs, device)
         model = build_model(config, env)
-        notes = list(config.notes)
-        if "buffer_size" not in config.hyperparameters:
-            notes.append(f"{_chosen_buffer_note(model.config.buffer_size)} (the run's steps, at least {MIN_BUFFER:,} "
-                         f"and two episodes of every env; {type(model).__name__}'s default is "
-                         f"{type(model.config)().buffer_size:,}): set buffer_size to choose it")
-        if config.policy.precision == "auto":
-            notes.append(_precision_note(model))
-        if config.device != "auto" and torch.device(config.device).type != model.device.type:
-            notes.append(f"device={config.device}, but it is not available here: training on the "
-                         f"{model.device.type.upper()}")
-        resolved = dataclasses.replace(config, hyperparameters=model.config.to_json(), notes=tuple(notes))
-        for note in resolved.notes:
-            print(f"herl train: note: {note}", file=sys.stderr, flush=True)
+        resolved = resolved_config(config, model, list(config.notes),
+                                   f"the run's steps, at least {MIN_BUFFER:,} and two episodes of every env")
         trainer = build_trainer(resolved, model, env)
         atomic_write_text(run_dir / CONFIG_FILE, json.dumps(resolved.to_json(), indent=1))
         return _train(trainer, resolved, run_dir, resume_step=None, wall_time_before=0.0, progress_mode=progress,

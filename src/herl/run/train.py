@@ -572,10 +572,22 @@ def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: in
         env.close()
         raise
     notes = list(config.notes) + ([demos_note] if demos_note and demos_note not in config.notes else [])
+    resolved = resolved_config(config, model, notes, f"the run's steps, at least {MIN_BUFFER:,}")
+    atomic_write_text(run_dir / CONFIG_FILE, json.dumps(resolved.to_json(), indent=1))
+    try:
+        return _train(model, resolved, run_dir, resume_step=None, wall_time_before=0.0, progress_mode=progress,
+                      position=position, on_eval=on_eval, worker_learner=worker_learner)
+    finally:
+        env.close()
+
+
+def resolved_config(config: TrainConfig, model: Any, notes: list[str], buffer_rule: str) -> TrainConfig:
+    """``config`` as the run saves it: the model's resolved hyperparameters, and ``notes`` with what herl chose for
+    the user (the buffer's size by ``buffer_rule``, the precision, a missing device), each printed."""
+    notes = list(notes)
     if "buffer_size" not in config.hyperparameters:
-        notes.append(f"{_chosen_buffer_note(model.config.buffer_size)} (the run's steps, at least {MIN_BUFFER:,};"
-                     f" {type(model).__name__}'s default is {type(model.config)().buffer_size:,}): set buffer_size to "
-                     "choose it")
+        notes.append(f"{_chosen_buffer_note(model.config.buffer_size)} ({buffer_rule}; {type(model).__name__}'s "
+                     f"default is {type(model.config)().buffer_size:,}): set buffer_size to choose it")
     if config.policy.precision == "auto":
         notes.append(_precision_note(model))
     if config.device != "auto" and torch.device(config.device).type != model.device.type:
@@ -584,12 +596,7 @@ def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: in
     resolved = dataclasses.replace(config, hyperparameters=model.config.to_json(), notes=tuple(notes))
     for note in resolved.notes:
         print(f"herl train: note: {note}", file=sys.stderr, flush=True)
-    atomic_write_text(run_dir / CONFIG_FILE, json.dumps(resolved.to_json(), indent=1))
-    try:
-        return _train(model, resolved, run_dir, resume_step=None, wall_time_before=0.0, progress_mode=progress,
-                      position=position, on_eval=on_eval, worker_learner=worker_learner)
-    finally:
-        env.close()
+    return resolved
 
 
 def _precision_note(model: Any) -> str:
