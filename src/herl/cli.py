@@ -529,6 +529,9 @@ def _numeric(text: str) -> bool:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    if args.env is not None and _batched_id(args.env):
+        raise CLIError(f"herl sweep does not run batched envs ({args.env}): train each setting with `herl train --env "
+                       f"{args.env} --set ...`, or write the search in Python around herl.batched.BatchedTrainer")
     from herl.distributed.cluster import require_ray
 
     require_ray("herl sweep")
@@ -661,6 +664,9 @@ def _cmd_record(args: argparse.Namespace) -> int:
     from herl.run.envs import resolve_env_id
 
     env_id = resolve_env_id(args.env)
+    if _batched_id(env_id):
+        raise CLIError(f"herl record plays gymnasium envs; {env_id} is a batched env: record the matching single env "
+                       "(herl/PointReach-v0 for herl/BatchedPointReach-v0, herl/BitFlipping-v0 for bit flipping)")
     preset = _preset(args, env_id)
     set_layer = _env_set(args.set)
     if preset is None:

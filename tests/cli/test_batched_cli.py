@@ -202,3 +202,10 @@ def test_check_env_checks_batched_envs(capsys):
     assert "did you mean herl/BatchedPointReach-v0" in capsys.readouterr().err
     assert herl("check-env", "herl/BatchedPointReach-v0", "--set", "env.foo=1") == 2
     assert "env.distance_threshold" in capsys.readouterr().err
+
+
+def test_sweep_and_record_refuse_batched_envs(tmp_path, capsys):
+    assert herl("sweep", "--env", "herl/BatchedPointReach-v0", "--trials", "1", "--sweep-dir", tmp_path / "s") == 2
+    assert "does not run batched envs" in capsys.readouterr().err and not (tmp_path / "s").exists()
+    assert herl("record", "--env", "herl/BatchedPointReach-v0", "-o", tmp_path / "d") == 2
+    assert "herl/PointReach-v0" in capsys.readouterr().err
