@@ -160,10 +160,10 @@ def test_unknown_arguments_and_bad_values_are_reported():
         SAC("MultiInputPolicy", make_env(SAC), learning_rat=1e-3)
     with pytest.raises(ValueError, match="Discrete"):
         DQN("MultiInputPolicy", make_env(SAC))
-    with pytest.raises(ValueError, match="policy"):
+    with pytest.raises(ValueError, match="reads images.*use MlpPolicy or MultiInputPolicy"):
         SAC("CnnPolicy", make_env(SAC))
     with pytest.raises(ValueError, match="tau"):
-        SAC("MultiInputPolicy", make_env(SAC), tau=0.0)
+        SAC("MultiInputPolicy", make_env(SAC), tau=-0.1)
 
 
 def test_clip_target_bounds():

@@ -108,7 +108,7 @@ def test_bad_arguments_name_the_fix():
         TQC("MultiInputPolicy", env, top_quantiles_to_drop_per_net=-1)
     with pytest.raises(TypeError, match="n_quantiles must be an integer"):
         TQC("MultiInputPolicy", env, policy_kwargs=dict(n_quantiles=2.5))
-    with pytest.raises(TypeError, match="this algorithm reads net_arch, activation_fn, n_critics, precision, layer_norm, n_quantiles"):
+    with pytest.raises(TypeError, match="this algorithm reads net_arch, activation_fn, n_critics, precision, layer_norm, features_extractor_class, .*, n_quantiles"):
         TQC("MultiInputPolicy", env, policy_kwargs=dict(n_quantile=5))
     with pytest.raises(TypeError, match="unsupported policy_kwargs \\['n_quantiles'\\]"):
         CrossQ("MultiInputPolicy", env, policy_kwargs=dict(n_quantiles=5))

@@ -203,24 +203,30 @@ def test_round_trip_with_onednn_products(case: Case, demonstrations, tmp_path: P
 
 def round_trip(case: Case, device: str, demonstrations, tmp_path: Path) -> None:
     """Save, load, predict the same (with and without an env), then train on: the same as never interrupted."""
-    model = make_model(case, demonstrations, device)
+    extra = {"replay_buffer_kwargs": buffer_kwargs(case, demonstrations)} if case.demos else {}
+    round_trip_of(make_model(case, demonstrations, device), lambda: make_env(case), device, tmp_path, extra)
+
+
+def round_trip_of(model, make_env, device: str, tmp_path: Path, extra: dict | None = None) -> None:
+    """:func:`round_trip` for ``model``, whose env ``make_env`` makes anew; ``extra``: what its load needs."""
+    extra = extra or {}
+    cls = type(model)
     model.learn(30)
     obs = observations(model)
     expected, _ = model.predict(obs, deterministic=True)
     model.save(tmp_path / "model.zip")
     model.save_replay_buffer(tmp_path / "buffer.zip")
 
-    alone = ALGOS[case.algo].load(tmp_path / "model.zip", device=device)  # without an env: predicts the same
+    alone = cls.load(tmp_path / "model.zip", device=device)  # without an env: predicts the same
     np.testing.assert_array_equal(alone.predict(obs, deterministic=True)[0], expected)
-    extra = {"replay_buffer_kwargs": buffer_kwargs(case, demonstrations)} if case.demos else {}
-    loaded = ALGOS[case.algo].load(tmp_path / "model.zip", env=make_env(case), device=device, **extra)
+    loaded = cls.load(tmp_path / "model.zip", env=make_env(), device=device, **extra)
     loaded.load_replay_buffer(tmp_path / "buffer.zip")
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], expected)
     assert_same_state(model, loaded)
     assert_optimizer_state_fits(loaded)
 
     updates = model._n_updates
-    model.set_env(make_env(case))  # a fresh env for each, as the loaded model has
+    model.set_env(make_env())  # a fresh env for each, as the loaded model has
     for m in (model, loaded):
         m.learn(25, reset_num_timesteps=False)
     assert model._n_updates > updates
@@ -228,6 +234,94 @@ def round_trip(case: Case, device: str, demonstrations, tmp_path: Path) -> None:
     if device == "cpu":
         np.testing.assert_array_equal(model.predict(obs, deterministic=False)[0],
                                       loaded.predict(obs, deterministic=False)[0])
+
+
+class ImageEnv(gym.Env):
+    """Random uint8 images (channels-last, as cameras give them), beside a vector in the Dict form; a reward that
+    depends on the image, so the networks have something to fit."""
+
+    def __init__(self, discrete: bool, form: str = "image") -> None:
+        image = gym.spaces.Box(0, 255, (36, 36, 2), np.uint8)
+        self.observation_space = image if form == "image" else gym.spaces.Dict(
+            {"camera": image, "joints": gym.spaces.Box(-1.0, 1.0, (3,), np.float32)})
+        self.action_space = gym.spaces.Discrete(3) if discrete else gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.t = 0
+
+    def _obs(self):
+        return self.observation_space.sample()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(int(self.np_random.integers(2**31)))
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = self._obs()
+        image = obs if isinstance(obs, np.ndarray) else obs["camera"]
+        return obs, float(image[:4, :4].mean() / 255.0), False, self.t >= EPISODE, {}
+
+
+class BatchNormDropoutExtractor(torch.nn.Module):
+    """A user's extractor, as SB3's docs write one: flatten, batch norm, dropout (modes matter: it acts in eval
+    mode and trains in training mode, and target networks copy its running statistics)."""
+
+    def __init__(self, observation_space, features_dim: int = 12):
+        super().__init__()
+        self.features_dim = features_dim
+        self.layer = torch.nn.Linear(int(np.prod(observation_space.shape)), features_dim)
+        self.norm = torch.nn.BatchNorm1d(features_dim)
+        self.dropout = torch.nn.Dropout(0.3)
+
+    def forward(self, observations):
+        return self.dropout(self.norm(self.layer(observations.flatten(1))))
+
+
+# (extractor setting, algorithms): CnnPolicy on images, its shared extractor, MultiInputPolicy's CombinedExtractor on a
+# Dict with an image, a HER goal env of images, and a user's class with batch norm and dropout
+EXTRACTOR_CASES = [
+    *[(kind, algo) for kind in ("cnn", "combined", "custom") for algo in ("DQN", "DDPG", "TD3", "SAC", "TQC")],
+    *[("cnn_shared", algo) for algo in ("TD3", "SAC", "TQC")],
+    *[("her_images", algo) for algo in ("DQN", "SAC")],
+]
+
+
+def make_extractor_model(kind: str, algo: str, device: str):
+    cls, discrete = ALGOS[algo], algo == "DQN"
+    policy_kwargs: dict = dict(net_arch=[16], features_extractor_kwargs=dict(features_dim=8))
+    kwargs = dict(device=device, learning_starts=10, batch_size=8, buffer_size=300, seed=3, gamma=0.9)
+    if kind == "her_images":
+        def env():
+            return BitFlippingEnv(n_bits=N_BITS, continuous=not discrete, image_obs_space=True, max_steps=EPISODE)
+        kwargs.update(replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=dict(n_sampled_goal=2))
+        policy, policy_kwargs = "MultiInputPolicy", dict(net_arch=[16], features_extractor_kwargs=dict(cnn_output_dim=8))
+    elif kind == "combined":
+        def env():
+            return ImageEnv(discrete, "dict")
+        policy, policy_kwargs = "MultiInputPolicy", dict(net_arch=[16], features_extractor_kwargs=dict(cnn_output_dim=8))
+    elif kind == "custom":
+        def env():
+            return gym.make("CartPole-v1") if discrete else gym.make("Pendulum-v1", max_episode_steps=EPISODE * 3)
+        policy, policy_kwargs = "MlpPolicy", dict(net_arch=[16], features_extractor_class=BatchNormDropoutExtractor)
+    else:
+        def env():
+            return ImageEnv(discrete)
+        policy = "CnnPolicy"
+        policy_kwargs["share_features_extractor"] = kind == "cnn_shared"
+    if algo == "DQN":
+        kwargs.update(exploration_fraction=0.5, target_update_interval=7)
+    if algo in ("DDPG", "TD3"):
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(2 if kind != "custom" else 1), 0.2 * np.ones(2 if kind != "custom" else 1))
+    return cls(policy, env(), policy_kwargs=policy_kwargs, **kwargs), env
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind, algo", EXTRACTOR_CASES, ids=lambda v: str(v))
+def test_models_with_features_extractors_save_load_and_train_on(kind: str, algo: str, device: str, tmp_path: Path):
+    model, make = make_extractor_model(kind, algo, device)
+    assert model.policy_config.features_extractor is not None
+    round_trip_of(model, make, device, tmp_path)
 
 
 CROSSING = [Case(algo, "goal", "her", True, 1, "float32", False) for algo in ALGOS]

@@ -91,6 +91,10 @@ class CrossQ(SAC):
 
     def _build(self, generator: torch.Generator) -> None:
         arch, options = self.policy_config, self.policy_config.options
+        if arch.features_extractor is not None:
+            raise ValueError(f"CrossQ does not take a features extractor ({arch.features_extractor}): its critics "
+                             "normalize their inputs with batch renormalization over observations and next "
+                             "observations together; use SAC or TQC for image observations or a features_extractor_class")
         norm = dict(momentum=options["batch_norm_momentum"], eps=options["batch_norm_eps"],
                     warmup_steps=options["renorm_warmup_steps"], activation=arch.activation, generator=generator)
         trunk = RenormMLP(self.obs_dim, 2 * self.action_dim, arch.actor_arch, **norm)

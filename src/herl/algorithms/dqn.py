@@ -69,8 +69,11 @@ class DQN(OffPolicyAlgorithm):
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
         network = DuelingQNetwork if arch.options["dueling"] else MLP
-        self.q_net = network(self.obs_dim, int(self.action_space.n), arch.critic_arch, activation=arch.activation,
-                             generator=generator, layer_norm=arch.critic_layer_norm)
+        features = self._make_features()
+        self.q_net = network(self._in_dim(features), int(self.action_space.n), arch.critic_arch,
+                             activation=arch.activation, generator=generator, layer_norm=arch.critic_layer_norm)
+        if features is not None:
+            self.q_net.attach_features(*features)
         self.q_net_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.nets.update({"q_net": self.q_net, "q_net_target": self.q_net_target})
         self.exploration_rate = 0.0  # greedy until learn() sets it from the schedule (as SB3)
@@ -101,7 +104,8 @@ class DQN(OffPolicyAlgorithm):
     @torch.no_grad()
     def q_estimates(self, batch: Any) -> torch.Tensor:
         x = self.encoder.normalize(self.encoder.flatten(batch.observations))
-        return self.q_net(x).gather(1, batch.actions.long().reshape(-1, 1)).reshape(-1)
+        with self.eval_mode():
+            return self.q_net(x).gather(1, batch.actions.long().reshape(-1, 1)).reshape(-1)
 
     def _update(self, batch: Any) -> None:
         cfg = self.config

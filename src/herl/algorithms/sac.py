@@ -90,12 +90,16 @@ class SAC(OffPolicyAlgorithm):
 
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
-        self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
-                                           generator=generator, squash_eps=self.config.squash_eps,
-                                           layer_norm=arch.actor_layer_norm)
-        self.critic = EnsembleMLP(self.obs_dim + self.action_dim, self.critic_outputs, arch.critic_arch,
+        actor_features, critic_features = self._network_inputs()
+        self.actor = SquashedGaussianActor(self._in_dim(actor_features), self.action_dim, arch.actor_arch,
+                                           activation=arch.activation, generator=generator,
+                                           squash_eps=self.config.squash_eps, layer_norm=arch.actor_layer_norm)
+        self.critic = EnsembleMLP(self._in_dim(critic_features) + self.action_dim, self.critic_outputs, arch.critic_arch,
                                   n_members=arch.n_critics, activation=arch.activation, generator=generator,
                                   layer_norm=arch.critic_layer_norm)
+        if actor_features is not None:
+            self.actor.attach_features(*actor_features)
+            self.critic.attach_features(*critic_features)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self._build_entropy_coefficient()
         self.nets.update({"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
@@ -123,7 +127,7 @@ class SAC(OffPolicyAlgorithm):
         object.__setattr__(self, "target_entropy", -float(self.action_dim) if target == "auto" else float(target))
 
     def _make_optimizers(self) -> None:
-        params = [*self.critic.parameters(), *self.actor.parameters()]
+        params = self.unique_parameters(self.critic, self.actor)
         if self.learn_ent_coef:
             params.append(self._log_ent_coef)
         self.optimizers["optimizer"] = self.adam(params)
@@ -142,10 +146,11 @@ class SAC(OffPolicyAlgorithm):
         noise = torch.randn(2 * n, self.action_dim, generator=self.torch_rng, device=xx.device)
         actions, log_prob = self.actor(xx, noise)
         ent_coef = self.ent_coef_tensor
-        critic_loss = self._critic_loss(x, next_x, batch, actions[n:], log_prob[n:], ent_coef)
-        actor_loss = (ent_coef * log_prob[:n] - self._policy_value(x, actions[:n])).mean()
+        cx, next_cx, policy_cx = self._critic_inputs(x, next_x)
+        critic_loss = self._critic_loss(cx, next_cx, batch, actions[n:], log_prob[n:], ent_coef)
+        actor_loss = (ent_coef * log_prob[:n] - self._policy_value(policy_cx, actions[:n])).mean()
         if self.config.bc_loss_weight:
-            demo_loss = self._demo_loss(x, batch)
+            demo_loss = self._demo_loss(x, policy_cx, batch)
             actor_loss = actor_loss + self.config.bc_loss_weight * demo_loss
         loss = critic_loss + actor_loss
         if self.learn_ent_coef:
@@ -161,7 +166,7 @@ class SAC(OffPolicyAlgorithm):
         if self.config.bc_loss_weight:
             self._train_info["bc_loss"] = demo_loss
 
-    def _demo_loss(self, x: torch.Tensor, batch: Any) -> torch.Tensor:
+    def _demo_loss(self, x: torch.Tensor, cx: torch.Tensor, batch: Any) -> torch.Tensor:
         """The behaviour-cloning loss on the batch's demo rows (see :mod:`herl.algorithms.bc`), for the deterministic
         action (tanh of the Gaussian's mean: what the policy does when evaluated); the Q-filter values it and the
         demo action with the critics as the actor loss does."""
@@ -169,7 +174,7 @@ class SAC(OffPolicyAlgorithm):
         filter_q = {}
         if self.config.q_filter:
             with torch.no_grad():
-                q = self._policy_value(torch.cat([x, x]), torch.cat([batch.actions, actions]))
+                q = self._policy_value(torch.cat([cx, cx]), torch.cat([batch.actions, actions]))
             filter_q = dict(q_demo=q[: x.shape[0]], q_policy=q[x.shape[0]:])
         return bc_loss(actions, batch.actions, batch.demo_mask, **filter_q)
 

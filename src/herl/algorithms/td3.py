@@ -66,10 +66,15 @@ class TD3(OffPolicyAlgorithm):
 
     def _build(self, generator: torch.Generator) -> None:
         arch = self.policy_config
-        self.actor = DeterministicActor(self.obs_dim, self.action_dim, arch.actor_arch, activation=arch.activation,
-                                        generator=generator, layer_norm=arch.actor_layer_norm)
-        self.critic = EnsembleMLP(self.obs_dim + self.action_dim, 1, arch.critic_arch, n_members=arch.n_critics,
-                                  activation=arch.activation, generator=generator, layer_norm=arch.critic_layer_norm)
+        actor_features, critic_features = self._network_inputs()
+        self.actor = DeterministicActor(self._in_dim(actor_features), self.action_dim, arch.actor_arch,
+                                        activation=arch.activation, generator=generator, layer_norm=arch.actor_layer_norm)
+        self.critic = EnsembleMLP(self._in_dim(critic_features) + self.action_dim, 1, arch.critic_arch,
+                                  n_members=arch.n_critics, activation=arch.activation, generator=generator,
+                                  layer_norm=arch.critic_layer_norm)
+        if actor_features is not None:
+            self.actor.attach_features(*actor_features)
+            self.critic.attach_features(*critic_features)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.nets.update({"actor": self.actor, "critic": self.critic, "actor_target": self.actor_target,
@@ -77,7 +82,9 @@ class TD3(OffPolicyAlgorithm):
 
     def _make_optimizers(self) -> None:
         cfg = self.config
-        critic, actor = list(self.critic.parameters()), list(self.actor.parameters())
+        actor = self.unique_parameters(self.actor)
+        in_actor = {id(p) for p in actor}  # a shared extractor learns from the actor's loss, at its rate (SB3)
+        critic = [p for p in self.unique_parameters(self.critic) if id(p) not in in_actor]
         if cfg.actor_learning_rate is None and cfg.critic_learning_rate is None:
             self.optimizers["optimizer"] = self.adam(critic + actor)
             return
@@ -98,21 +105,22 @@ class TD3(OffPolicyAlgorithm):
         n = batch.rewards.shape[0]
         xx = self.encode_batch(batch)
         x, next_x = xx[:n], xx[n:]
+        cx, next_cx, policy_cx = self._critic_inputs(x, next_x)
         with torch.no_grad():
             next_actions = self.actor_target(next_x)
             if cfg.target_policy_noise > 0:
                 noise = torch.randn(next_actions.shape, generator=self.torch_rng, device=xx.device)
                 noise = noise.mul_(cfg.target_policy_noise).clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
                 next_actions = (next_actions + noise).clamp_(-1.0, 1.0)
-            next_q = self.critic_target(torch.cat([next_x, next_actions], dim=1)).amin(0)
+            next_q = self.critic_target(torch.cat([next_cx, next_actions], dim=1)).amin(0)
             target = self.td_target(batch, next_q)
-        q = self.critic(torch.cat([x, batch.actions], dim=1))
+        q = self.critic(torch.cat([cx, batch.actions], dim=1))
         critic_loss = (q - target).square().mean(dim=(1, 2)).sum()
         loss = critic_loss
         update_actor = (self._n_updates + 1) % cfg.policy_delay == 0
         if update_actor:
             actions = self.actor(x)
-            q_policy = self.critic(torch.cat([x, actions], dim=1), detach_params=True)[0]
+            q_policy = self.critic(torch.cat([policy_cx, actions], dim=1), detach_params=True)[0]
             actor_loss = -q_policy.mean()
             if cfg.action_l2:
                 actor_loss = actor_loss + cfg.action_l2 * actions.square().mean()

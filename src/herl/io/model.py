@@ -228,7 +228,8 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
         buffer_class = classes.buffers.get(meta.get("replay_buffer_class"), classes.buffers["ReplayBuffer"])
         kwargs: dict[str, Any] = {
             **config,
-            "policy_kwargs": _field(meta, "policy_kwargs", dict),
+            # files from before features extractors read the flat inputs
+            "policy_kwargs": {"features_extractor_class": None, **_field(meta, "policy_kwargs", dict)},
             "action_noise": classes.action_noise(_field(meta, "action_noise", (dict, type(None)))),
             "replay_buffer_class": buffer_class,
             # settings the buffer no longer has are left out, with a note (HerReplayBuffer.settings_from_file)
@@ -377,12 +378,19 @@ def _check_size(path: Any, arch: Any, policy_kwargs: dict[str, Any], obs_space: 
 
     subspaces = obs_space.spaces.values() if isinstance(obs_space, spaces.Dict) else [obs_space]
     inputs = sum(int(np.prod(s.shape)) if s.shape else 1 for s in subspaces)
+    extractor_sizes = []
+    if policy_kwargs.get("features_extractor_class") is not None:
+        # the networks read the extractor's features: the file holds at least one weight per feature (its last
+        # layer), so a size among the extractor's settings bounds them
+        extractor_sizes = [v for v in (policy_kwargs.get("features_extractor_kwargs") or {}).values()
+                           if isinstance(v, int) and not isinstance(v, bool)]
+        inputs = 1
     stored = sum(t.numel() for name, state in params.items() if not name.endswith(".optimizer")
                  for t in state.values())
     # every layer's weights are among the stored ones (target networks double them, which covers the inputs counted
     # here that the networks do not read, such as achieved_goal)
     layers = [a * b for hidden in (arch.actor_arch, arch.critic_arch) for a, b in zip([inputs, *hidden], hidden)]
-    implied = max([*layers, arch.n_critics * (arch.critic_arch[0] if arch.critic_arch else 1)])
+    implied = max([*layers, *extractor_sizes, arch.n_critics * (arch.critic_arch[0] if arch.critic_arch else 1)])
     if implied > stored:
         raise ArchiveError(f"{path}: its network settings ({policy_kwargs}) imply a layer of {implied:,} weights, but "
                            f"it holds {stored:,} in all: the file is damaged")

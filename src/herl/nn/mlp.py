@@ -28,6 +28,7 @@ from torch import nn
 
 from herl.nn import gemm
 from herl.nn.acting import ActingNetwork
+from herl.nn.extractors import ReadsFeatures
 
 PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16}
 """The ``precision`` policy setting: the dtype of the hidden-to-hidden matmuls (None: float32)."""
@@ -62,7 +63,7 @@ def _layer_norm(h: torch.Tensor, width: int, weight: torch.Tensor, bias: torch.T
     return torch.addcmul(bias.to(h.dtype), h, weight.to(h.dtype))
 
 
-class MLP(ActingNetwork, nn.Module):
+class MLP(ReadsFeatures, ActingNetwork, nn.Module):
     """``in_dim -> hidden... -> out_dim`` with an activation between layers (none after the last);
     ``layer_norm``: a layer norm before each hidden activation. DQN's Q-network is one (hence ``predict``, see
     :mod:`herl.nn.acting`)."""
@@ -88,6 +89,8 @@ class MLP(ActingNetwork, nn.Module):
         self.hidden_dtype: torch.dtype | None = None  # see set_precision
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._modules.get("features_extractor") is not None:  # DQN's Q-network fed by an extractor
+            x = self.features(x)
         *hidden, last = self.layers
         dtype = self.hidden_dtype if len(hidden) > 1 else None
         fuse_relu = self.norms is None and isinstance(self.activation, nn.ReLU)  # one pass for linear and ReLU
@@ -107,8 +110,9 @@ class MLP(ActingNetwork, nn.Module):
         return gemm.addmm(last.bias, x if dtype is None else x.float(), last.weight.t())
 
 
-class EnsembleMLP(nn.Module):
-    """``n_members`` MLPs of the same shape on the same input, as batched matmuls.
+class EnsembleMLP(ReadsFeatures, nn.Module):
+    """``n_members`` MLPs of the same shape on the same input, as batched matmuls (a features extractor, when one is
+    attached, is applied by the algorithm before the actions join the input: see :meth:`features`).
 
     ``forward(x)`` takes ``(batch, in_dim)`` and returns ``(n_members, batch, out_dim)``. The first
     layer's weights of all members sit side by side in one ``(in_dim, n_members * out)`` matrix, so

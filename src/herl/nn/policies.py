@@ -12,6 +12,7 @@ from gymnasium import spaces
 from torch import nn
 
 from herl.nn.acting import ActingNetwork
+from herl.nn.extractors import ReadsFeatures
 from herl.nn.mlp import MLP
 from herl.nn.normalizer import RunningNormalizer
 
@@ -81,7 +82,7 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class SquashedGaussianActor(ActingNetwork, nn.Module):
+class SquashedGaussianActor(ReadsFeatures, ActingNetwork, nn.Module):
     """SAC's policy: a Gaussian over pre-squash actions, squashed into [-1, 1] by tanh (Haarnoja et al. 2018, app. C)."""
 
     def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
@@ -97,7 +98,7 @@ class SquashedGaussianActor(ActingNetwork, nn.Module):
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions for ``x`` and their log-probabilities ``(batch, 1)``; ``noise=None`` gives the mean action."""
-        mean, log_std = self.net(x).chunk(2, dim=-1)
+        mean, log_std = self.net(self.features(x)).chunk(2, dim=-1)
         if noise is None:
             return torch.tanh(mean), torch.zeros_like(mean[:, :1])
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
@@ -113,7 +114,7 @@ class SquashedGaussianActor(ActingNetwork, nn.Module):
         return action, log_prob.sum(dim=-1, keepdim=True)
 
 
-class DeterministicActor(ActingNetwork, nn.Module):
+class DeterministicActor(ReadsFeatures, ActingNetwork, nn.Module):
     """DDPG/TD3's policy: an MLP with tanh output in [-1, 1]."""
 
     def __init__(self, in_dim: int, action_dim: int, hidden: Sequence[int], *, activation: Any = "relu",
@@ -122,10 +123,10 @@ class DeterministicActor(ActingNetwork, nn.Module):
         self.net = MLP(in_dim, action_dim, hidden, activation=activation, generator=generator, layer_norm=layer_norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(x))
+        return torch.tanh(self.net(self.features(x)))
 
 
-class DuelingQNetwork(ActingNetwork, nn.Module):
+class DuelingQNetwork(ReadsFeatures, ActingNetwork, nn.Module):
     """Dueling Q-values (Wang et al. 2016) in Stable-Baselines' form: a value stream ``V(s)`` and an advantage stream
     ``A(s, .)``, each its own MLP from the observations with the hidden layers ``hidden``, combined as
     ``Q(s, a) = V(s) + A(s, a) - mean_b A(s, b)``."""
@@ -137,5 +138,6 @@ class DuelingQNetwork(ActingNetwork, nn.Module):
         self.value = MLP(in_dim, 1, hidden, activation=activation, generator=generator, layer_norm=layer_norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x)
         advantage = self.advantage(x)
         return self.value(x) + (advantage - advantage.mean(dim=1, keepdim=True))

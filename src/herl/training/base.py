@@ -14,13 +14,15 @@ The loop that touches the environment is :func:`herl.training.loop.run`, the onl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import os
 import time
+import warnings
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, ClassVar
 
 import numpy as np
@@ -32,15 +34,16 @@ from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
 from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, EnvMismatchError, NonFiniteError, as_integer, check, integer
 from herl.nn.acting import ActingNetwork
+from herl.nn.extractors import ExtractorInput, extractor_class, has_features, is_image_space, make_extractor
 from herl.nn.mlp import PRECISIONS, resolve_precision, set_precision
 from herl.nn.policies import ObservationEncoder
-from herl.training.config import SDE_REFUSAL, OffPolicyConfig, PolicyConfig
+from herl.training.config import AUTO_EXTRACTOR, SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
 from herl.training.logger import Logger
 from herl.training.noise import ActionNoise, as_action_noise
 from herl.utils import flush_denormals, get_device
 
-POLICIES = ("MultiInputPolicy", "MlpPolicy")
+POLICIES = ("MultiInputPolicy", "MlpPolicy", "CnnPolicy")
 # Updates between two checks that the losses are finite (each check is one device sync; see check_losses).
 LOSS_CHECK_EVERY = 100
 # What each logged training value is, for the message of a non-finite one.
@@ -62,7 +65,8 @@ class OffPolicyAlgorithm:
     """Base of DQN, DDPG, TD3 and SAC. Construct one of those, not this class.
 
     Args:
-        policy: ``"MultiInputPolicy"`` or ``"MlpPolicy"`` (both accept dict goal observations).
+        policy: ``"MultiInputPolicy"`` or ``"MlpPolicy"`` (both accept dict goal observations), or ``"CnnPolicy"``
+            (image observations, read by a :class:`~herl.nn.extractors.NatureCNN`).
         env: a gymnasium env, an env id, a gymnasium vector env (SAME_STEP or DISABLED autoreset),
             or None with ``observation_space`` and ``action_space`` (a model that only predicts,
             or gets an env later with :meth:`set_env`).
@@ -70,7 +74,9 @@ class OffPolicyAlgorithm:
         replay_buffer_class: ``herl.ReplayBuffer`` (default) or ``herl.HerReplayBuffer``.
         replay_buffer_kwargs: extra arguments of the buffer, e.g. ``dict(n_sampled_goal=4,
             goal_selection_strategy="future")``.
-        policy_kwargs: ``net_arch`` (a list, or ``dict(pi=[...], qf=[...])``), ``activation_fn``, ``n_critics``.
+        policy_kwargs: ``net_arch`` (a list, or ``dict(pi=[...], qf=[...])``), ``activation_fn``, ``n_critics``,
+            SB3's ``features_extractor_class``, ``features_extractor_kwargs``, ``share_features_extractor`` and
+            ``normalize_images`` (see :mod:`herl.nn.extractors`).
         tensorboard_log: folder for TensorBoard logs (one subfolder per ``learn`` call).
         verbose: 1 prints the training table, 0 nothing.
         seed: seeds the networks, the exploration, the buffer's sampling and the env's first reset.
@@ -156,9 +162,18 @@ class OffPolicyAlgorithm:
         self.action_space = action_space
         self.n_envs = self.env.n_envs if self.env is not None else 1
 
+        keys = ObservationEncoder(observation_space, normalize=False).keys
+        self.policy_config = _resolve_extractor(policy, self.policy_config, observation_space, keys)
+        self.check_policy_config(self.policy_config)
+        reads_images = self.policy_config.features_extractor is not None and ExtractorInput(
+            observation_space, keys, normalize_images=False).images
         normalize = self.config.normalize_observations
         if normalize is None:
-            normalize = is_goal_space(observation_space)
+            normalize = is_goal_space(observation_space) and not reads_images
+        elif normalize and reads_images:
+            raise ValueError(f"normalize_observations=True with image observations read by the features extractor "
+                             f"{self.policy_config.features_extractor}: the network scales images itself "
+                             "(policy_kwargs normalize_images); set normalize_observations=False")
         self.encoder = ObservationEncoder(observation_space, normalize=normalize, clip_range=self.config.clip_observations)
         self._target_bounds = self.config.target_bounds()
         self.nets = Policy(self, {"encoder": self.encoder})
@@ -167,6 +182,12 @@ class OffPolicyAlgorithm:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)  # for any layer that initializes itself from the global generator
             self._build(torch.Generator().manual_seed(init_seed))
+        # an extractor may hold layers that act differently in training (batch norm, dropout): the networks act in
+        # eval mode, train in training mode, and target networks stay in eval mode (SB3's modes)
+        self._mode_dependent = any(has_features(m) for m in self.nets.values())
+        for name in ("actor_target", "critic_target", "q_net_target"):
+            if self._mode_dependent and name in self.nets:
+                self.nets[name].train(False)
         set_precision(self.nets, self.policy_config.precision)
         self.nets.to(self.device)
         self.nets._bind_acting_networks()  # model.actor.predict / model.q_net.predict, as SB3's
@@ -267,6 +288,48 @@ class OffPolicyAlgorithm:
     def obs_dim(self) -> int:
         return self.encoder.dim
 
+    def _make_features(self) -> tuple[nn.Module, ExtractorInput] | None:
+        """A new features extractor of the policy's settings and what feeds it, or None (herl's flat inputs)."""
+        arch = self.policy_config
+        if arch.features_extractor is None:
+            return None
+        return make_extractor(extractor_class(arch.features_extractor), arch.features_extractor_kwargs,
+                              self.observation_space, self.encoder.keys, arch.normalize_images)
+
+    def _network_inputs(self) -> tuple[tuple[nn.Module, ExtractorInput] | None, tuple[nn.Module, ExtractorInput] | None]:
+        """The actor's and the critics' extractors (the same one with ``share_features_extractor``), or Nones."""
+        actor = self._make_features()
+        critic = actor if actor is not None and self.policy_config.share_features_extractor else self._make_features()
+        return actor, critic
+
+    def _in_dim(self, features: tuple[nn.Module, ExtractorInput] | None) -> int:
+        return self.obs_dim if features is None else int(features[0].features_dim)
+
+    def _critic_inputs(self, x: torch.Tensor, next_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What the critics read for the observations and the next observations, and what the actor's loss reads
+        through them: the flat inputs themselves, or the critic's and target critic's extractor features (the
+        actor's loss sees them as constants; a shared extractor learns from the actor's loss only, as in SB3)."""
+        critic = self.critic
+        if not has_features(critic):
+            return x, next_x, x
+        with torch.no_grad():
+            next_cx = self.critic_target.features(next_x)
+        if self.policy_config.share_features_extractor:
+            with torch.no_grad():
+                cx = critic.features(x)
+            return cx, next_cx, cx
+        cx = critic.features(x)
+        return cx, next_cx, cx.detach()
+
+    @staticmethod
+    def unique_parameters(*modules: nn.Module) -> list[nn.Parameter]:
+        """The parameters of ``modules``, each once (an extractor shared by two networks is in both)."""
+        seen: dict[int, nn.Parameter] = {}
+        for module in modules:
+            for p in module.parameters():
+                seen.setdefault(id(p), p)
+        return list(seen.values())
+
     @property
     def action_dim(self) -> int:
         return int(np.prod(self.action_space.shape))
@@ -301,7 +364,9 @@ class OffPolicyAlgorithm:
         training = critic.training
         critic.train(False)  # CrossQ's batch renormalization: running statistics, left as they are
         try:
-            q = critic(torch.cat([x, batch.actions.to(x.dtype)], dim=1))
+            with self.eval_mode():
+                features = critic.features(x) if has_features(critic) else x
+                q = critic(torch.cat([features, batch.actions.to(x.dtype)], dim=1))
         finally:
             critic.train(training)
         return q.reshape(q.shape[0], x.shape[0], -1).mean(dim=(0, 2))
@@ -321,8 +386,12 @@ class OffPolicyAlgorithm:
     @staticmethod
     @torch.no_grad()
     def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-        """Polyak averaging ``target <- (1 - tau) target + tau source`` in one fused op."""
+        """Polyak averaging ``target <- (1 - tau) target + tau source`` in one fused op; a features extractor's
+        running statistics (batch norm) are copied whatever ``tau`` (SB3 does so)."""
         torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+        if has_features(source):
+            for target_buffer, buffer in zip(target.buffers(), source.buffers()):
+                target_buffer.copy_(buffer)
 
     # ------------------------------------------------------------------ spaces, envs, buffer
     def _check_spaces(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
@@ -421,8 +490,36 @@ class OffPolicyAlgorithm:
         """Actions of the current policy for a batch of raw observations, in the policy's scale."""
         with torch.no_grad():
             x = self.encoder.normalize(self.encoder.flatten_numpy(obs, self.device))
-            actions = self._act(x, deterministic)
+            with self.eval_mode():
+                actions = self._act(x, deterministic)
         return actions.cpu().numpy()
+
+    @contextlib.contextmanager
+    def _extractor_randomness(self, gradient_steps: int) -> Iterator[None]:
+        """A features extractor's random layers (dropout) draw from torch's global generator: while training, it is
+        seeded from the model's own, so a saved and loaded model trains on exactly as the original (the global
+        generator is left as it was)."""
+        if not self._mode_dependent or gradient_steps <= 0:
+            yield
+            return
+        seed = int(torch.randint(0, 2**62, (1,), generator=self.torch_rng, device=self.torch_rng.device).item())
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            yield
+
+    @contextlib.contextmanager
+    def eval_mode(self) -> Iterator[None]:
+        """The networks in eval mode inside (an extractor's batch norm and dropout act so; nothing else differs)."""
+        if not self._mode_dependent:
+            yield
+            return
+        modes = [(m, m.training) for m in self.nets.values()]
+        self.nets.train(False)
+        try:
+            yield
+        finally:
+            for m, mode in modes:
+                m.train(mode)
 
     def _collect_actions(self, obs: Any) -> np.ndarray:
         """Actions to explore with during training (SB3's ``_sample_action``): random before
@@ -510,16 +607,52 @@ class OffPolicyAlgorithm:
                        tb_log_name=tb_log_name or type(self).__name__, reset_num_timesteps=reset_num_timesteps,
                        progress_bar=progress_bar)
 
+    @property
+    def lr_schedule(self) -> Callable[[float], float]:
+        """SB3's learning-rate schedule: the progress remaining (1 at the start of ``learn``, 0 at its end) to the
+        learning rate; the constant ``learning_rate`` unless one is set. ``model.lr_schedule = fn`` makes each
+        :meth:`train` call set the optimizers' step size to ``fn(progress remaining)``, as SB3's does. A schedule is
+        code, which herl files never hold: a saved model keeps ``learning_rate`` (saving says so)."""
+        schedule = self.__dict__.get("_lr_schedule")
+        return schedule if schedule is not None else _ConstantSchedule(self.config.learning_rate)
+
+    @lr_schedule.setter
+    def lr_schedule(self, schedule: Callable[[float], float] | float) -> None:
+        if isinstance(schedule, (int, float)) and not isinstance(schedule, bool):
+            schedule = _ConstantSchedule(float(schedule))
+        if not callable(schedule):
+            raise TypeError(f"lr_schedule must be a function of the progress remaining (1 -> 0) returning the "
+                            f"learning rate, or a number; got {schedule!r}")
+        self.__dict__["_lr_schedule"] = schedule
+
+    def _apply_lr_schedule(self) -> None:
+        schedule = self.__dict__.get("_lr_schedule")
+        if schedule is None:
+            return
+        lr = schedule(self._current_progress_remaining)
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
+            raise ValueError(f"lr_schedule({self._current_progress_remaining}) returned {lr!r}: a learning rate is a "
+                             "finite number >= 0")
+        for optimizer in self.optimizers.values():
+            for group in optimizer.param_groups:
+                group["lr"] = float(lr)
+
+    def _on_step(self) -> None:
+        """SB3's hook after each env step, which SB3's SAC, TD3 and TQC leave empty; herl's algorithms (DQN too) do
+        their per-step work, target updates included, in their updates, so calling it changes nothing."""
+
     def train(self, gradient_steps: int, batch_size: int | None = None) -> None:
         """``gradient_steps`` updates on batches from the replay buffer."""
+        self._apply_lr_schedule()
         batch_size = batch_size or self.config.batch_size
         sample, update = self.replay_buffer.sample, self._update
         vec_normalize = self.get_vec_normalize_env()
         if vec_normalize is not None:  # batches through its statistics, as SB3 samples them
             sample = functools.partial(sample, env=vec_normalize)
-        for _ in range(gradient_steps):
-            update(sample(batch_size))
-            self._n_updates += 1
+        with self._extractor_randomness(gradient_steps):
+            for _ in range(gradient_steps):
+                update(sample(batch_size))
+                self._n_updates += 1
         if self._n_updates >= self._next_loss_check:
             self.check_losses()
 
@@ -610,6 +743,10 @@ class OffPolicyAlgorithm:
         from herl.io.model import write_model
 
         keep_verbose = "verbose" not in (exclude or ()) or "verbose" in (include or ())
+        if self.__dict__.get("_lr_schedule") is not None:
+            warnings.warn(f"model.lr_schedule ({self.lr_schedule!r}) is code, which herl files never hold: the file "
+                          f"keeps learning_rate={self.config.learning_rate}; set model.lr_schedule again after "
+                          "loading", UserWarning, stacklevel=2)
         write_model(self, path, verbose=keep_verbose)
 
     def export_onnx(self, path: str | os.PathLike, **kwargs: Any) -> Any:
@@ -698,6 +835,41 @@ def _shape_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
                 shape = () if key == "step" else param.shape
                 if value.shape != shape and value.numel() == math.prod(shape):
                     state[key] = value.reshape(shape).clone()
+
+
+class _ConstantSchedule:
+    """A learning rate that does not change (SB3's ``constant_fn``)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = float(value)
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"constant learning rate {self.value}"
+
+
+def _resolve_extractor(policy: str, config: PolicyConfig, observation_space: spaces.Space,
+                       keys: tuple[str, ...]) -> PolicyConfig:
+    """``config`` with its features extractor picked where it says ``"auto"``, as SB3 picks: NatureCNN for
+    ``CnnPolicy``; CombinedExtractor for ``MultiInputPolicy`` when a Dict entry the networks read is an image; else
+    herl's flat inputs, unless ``features_extractor_kwargs`` are given, which take SB3's class for the policy."""
+    if config.features_extractor != AUTO_EXTRACTOR:
+        if policy == "CnnPolicy" and config.features_extractor is None:
+            raise ValueError("CnnPolicy with policy_kwargs features_extractor_class=None: CnnPolicy reads images with "
+                             "a features extractor; use MlpPolicy for flat inputs")
+        return config
+    images = isinstance(observation_space, spaces.Dict) and any(is_image_space(observation_space[k]) for k in keys)
+    if policy == "CnnPolicy":
+        name = "NatureCNN"
+    elif policy == "MultiInputPolicy" and (images or config.features_extractor_kwargs):
+        name = "CombinedExtractor" if isinstance(observation_space, spaces.Dict) else "FlattenExtractor"
+    elif config.features_extractor_kwargs:
+        name = "FlattenExtractor"
+    else:
+        name = None
+    return dataclasses.replace(config, features_extractor=name)
 
 
 def _accept_sde_off(hyperparameters: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ConfigError, Rule, check, check_fields, integer, number
+from herl.nn.extractors import BUILTIN_EXTRACTORS, extractor_class, extractor_name
 from herl.nn.mlp import ACTIVATIONS, AUTO_PRECISION, PRECISIONS
 
 
@@ -37,7 +38,8 @@ class OffPolicyConfig:
     batch_size: int = 256
     """Transitions per gradient step."""
     tau: float = 0.005
-    """Polyak coefficient of the target networks (1.0: hard copy)."""
+    """Polyak coefficient of the target networks (1.0: hard copy; 0: they stay as they are, SB3 allows it to freeze
+    them)."""
     gamma: float = 0.99
     """Discount factor."""
     train_freq: tuple[int, str] = (1, "step")
@@ -68,7 +70,7 @@ class OffPolicyConfig:
         "buffer_size": POSITIVE_INT,
         "learning_starts": NON_NEGATIVE_INT,
         "batch_size": POSITIVE_INT,
-        "tau": number(0.0, 1.0, low_open=True),
+        "tau": number(0.0, 1.0, note="0 keeps the target networks as they are"),
         "gamma": number(0.0, 1.0),
         "gradient_steps": integer(-1, note="-1: as many as env steps collected"),
         "n_steps": POSITIVE_INT,
@@ -164,6 +166,11 @@ def _train_freq(value: Any, owner: str = "") -> tuple[int, str]:
     return (int(n), unit)
 
 
+AUTO_EXTRACTOR = "auto"
+FEATURES_KWARGS = ("features_extractor_class", "features_extractor_kwargs", "share_features_extractor",
+                   "normalize_images")
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """The networks' shape, from SB3's ``policy_kwargs``."""
@@ -188,6 +195,17 @@ class PolicyConfig:
     layer_norm: bool | str = False
     """Layer norm before each hidden activation (:mod:`herl.nn.mlp`): ``True`` in the actor and the critics (Stable-
     Baselines' ``LnMlpPolicy``), ``"critic"`` in the critics (Q-networks) only, ``False`` nowhere."""
+    features_extractor: str | None = AUTO_EXTRACTOR
+    """The features extractor class by name (:mod:`herl.nn.extractors`: ``"NatureCNN"``, ``"CombinedExtractor"``,
+    ``"FlattenExtractor"``, or ``"module:qualname"`` for one of the user's), None for herl's flat inputs (no
+    extractor), or ``"auto"``: the model picks as SB3 does (``CnnPolicy``: NatureCNN; ``MultiInputPolicy`` on a Dict
+    observation with an image entry: CombinedExtractor; else the flat inputs) and saves what it picked."""
+    features_extractor_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the extractor (e.g. ``features_dim``, ``cnn_output_dim``): JSON values."""
+    share_features_extractor: bool = False
+    """One extractor for the actor and the critics (trained by the actor's loss, as in SB3), instead of one each."""
+    normalize_images: bool = True
+    """An extractor reads ``uint8`` images scaled to [0, 1]."""
 
     @property
     def actor_layer_norm(self) -> bool:
@@ -236,13 +254,15 @@ class PolicyConfig:
         n_critics = _plain(kwargs.pop("n_critics", default_n_critics), 1)
         precision = kwargs.pop("precision", "float32")
         layer_norm = kwargs.pop("layer_norm", False)
+        features = _features_settings(kwargs)
         if kwargs.pop("use_sde", False):  # SB3 writes use_sde=False into policy_kwargs; only True is unsupported
             raise ValueError(SDE_REFUSAL)
         if kwargs:
-            known = ["net_arch", "activation_fn", "n_critics", "precision", "layer_norm", *option_defaults]
+            known = ["net_arch", "activation_fn", "n_critics", "precision", "layer_norm", *FEATURES_KWARGS,
+                     *option_defaults]
             raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: this algorithm reads {', '.join(known)}")
         return cls(_arch(actor, "net_arch"), _arch(critic, "net_arch"), activation, n_critics, options, precision,
-                   layer_norm)
+                   layer_norm, **features)
 
     def __post_init__(self) -> None:
         for name in ("actor_arch", "critic_arch"):
@@ -255,11 +275,71 @@ class PolicyConfig:
         if not (isinstance(self.layer_norm, bool) or self.layer_norm == "critic"):
             raise ConfigError("policy_kwargs", "layer_norm", self.layer_norm, "True (actor and critics), 'critic' "
                               "(critics only) or False")
+        for name in ("share_features_extractor", "normalize_images"):
+            check("policy_kwargs", name, getattr(self, name), BOOL)
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         return {"net_arch": {"pi": list(self.actor_arch), "qf": list(self.critic_arch)},
                 "activation_fn": self.activation, "n_critics": self.n_critics, "precision": self.precision,
-                "layer_norm": self.layer_norm, **self.options}
+                "layer_norm": self.layer_norm, "features_extractor_class": self.features_extractor,
+                "features_extractor_kwargs": dict(self.features_extractor_kwargs),
+                "share_features_extractor": self.share_features_extractor, "normalize_images": self.normalize_images,
+                **self.options}
+
+
+def _features_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Pop SB3's features extractor policy kwargs from ``kwargs``, as :class:`PolicyConfig` fields. The class may be
+    given as a class (remembered by name, see :func:`herl.nn.extractors.extractor_name`), a name, or None (herl's
+    flat inputs)."""
+    out: dict[str, Any] = {}
+    if "features_extractor_class" in kwargs:
+        given = kwargs.pop("features_extractor_class")
+        if isinstance(given, type):
+            if not issubclass(given, nn.Module):
+                raise TypeError(f"policy_kwargs features_extractor_class must be a torch.nn.Module subclass "
+                                f"(e.g. a subclass of SB3's BaseFeaturesExtractor), got {given!r}")
+            name = extractor_name(given)
+            remember_extractor(name, given)
+        elif given is None or given == AUTO_EXTRACTOR:
+            name = given
+        elif isinstance(given, str):
+            try:
+                extractor_class(given)
+            except LookupError as err:
+                raise ValueError(f"policy_kwargs features_extractor_class={given!r}: {err}; herl's own are "
+                                 f"{sorted(BUILTIN_EXTRACTORS)}") from None
+            name = given
+        else:
+            raise TypeError(f"policy_kwargs features_extractor_class must be a class, a class name or None, got {given!r}")
+        out["features_extractor"] = name
+    if "features_extractor_kwargs" in kwargs:
+        extra = kwargs.pop("features_extractor_kwargs")
+        extra = {} if extra is None else extra
+        if not isinstance(extra, Mapping) or not all(isinstance(k, str) for k in extra) or not _is_json(extra):
+            raise TypeError("policy_kwargs features_extractor_kwargs must be a dict of JSON values (numbers, strings, "
+                            f"lists, dicts): the model file keeps them; got {extra!r}")
+        out["features_extractor_kwargs"] = dict(extra)
+    for name in ("share_features_extractor", "normalize_images"):
+        if name in kwargs:
+            out[name] = _plain(kwargs.pop(name), True)
+    return out
+
+
+def _is_json(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_json(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
+    return False
+
+
+def remember_extractor(name: str, cls: type) -> None:
+    """Make ``cls`` findable by ``name`` in this process (a class defined inside a function is in no module)."""
+    from herl.nn import extractors
+
+    extractors.SEEN_EXTRACTORS[name] = cls
 
 
 
