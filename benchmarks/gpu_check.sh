@@ -7,7 +7,9 @@
 #      same run never interrupted;
 #   3. the first 3,000 decisions of the fetch_push preset on CUDA, timed (decisions/s);
 #   4. batched goal envs on the device (herl.batched): env steps per minute end to end, SAC + HER on
-#      BatchedPointReach at 4,096 and 16,384 envs.
+#      BatchedPointReach at 4,096 and 16,384 envs;
+#   5. the compiled update on CUDA (compile=True: CUDA graphs): its test for TQC with HER and a compiled
+#      model's round trip, then the fetch_push preset's first 3,000 decisions with it, timed as in 3.
 #
 # Usage, from the repository root: bash benchmarks/gpu_check.sh [OUT_DIR]   (default $OUT, else /tmp/gpu_check)
 # It prints one PASS/FAIL line per part and writes the log to OUT_DIR/gpu_check.log; record the result with the
@@ -63,4 +65,13 @@ echo "fetch_push: 3000 decisions in $((SECONDS - start)) s including start-up" |
 part "batched throughput" timeout 150 "$PY" benchmarks/batched_throughput.py --device cuda --n-envs 4096 16384 \
     --steps 4000000 --warmup 400000 --batch-size 4096 --updates-per-step 0.001
 grep -A4 "^| n_envs" "$LOG" | tail -n +3
+
+# 5. the compiled update on CUDA: equal to the eager one, resumable, and how fast
+part "compiled update tests" timeout 240 "$PY" -m pytest -q -p no:warnings -p no:cacheprovider -o addopts="" \
+    tests/algorithms/test_compiled_update.py -k "TQC-her or saves_loads"
+start=$SECONDS
+part "fetch_push 3000 decisions compiled" timeout 300 "$PY" -m herl train --env FetchPush-v4 --device cuda \
+    --timesteps 3000 --set compile=true --set eval.freq=100000 --set checkpoint.freq=100000 --progress off \
+    --run-dir "$OUT_DIR/push_compiled"
+echo "fetch_push compiled: 3000 decisions in $((SECONDS - start)) s including start-up and compiling" | tee -a "$LOG"
 exit $status

@@ -702,3 +702,35 @@ def test_removed_her_options_are_refused_on_the_command_line_and_ignored_with_a_
                                          r"nothing changes"):
         assert main(["train", "--resume", str(tmp_path / "run"), "--timesteps", "400", "--progress", "off"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 400
+
+
+def test_async_envs_train_as_sync_ones_and_resume_exactly(tmp_path: Path) -> None:
+    """vector_env=async steps each env in its own process: the run is the sync run's, bit for bit, and a run stopped
+    and resumed with async envs ends as the one never stopped."""
+    args = ["--env", "herl/PointReach-v0", "--n-envs", "2", "--progress", "off", "--set", "learning_starts=50",
+            "--set", "eval.freq=100", "--set", "eval.episodes=2", "--set", "batch_size=16", "--set", "checkpoint.freq=100",
+            "--set", "policy.net_arch=[16,16]"]
+    assert herl("train", *args, "--timesteps", "300", "--run-dir", tmp_path / "sync") == 0
+    assert herl("train", *args, "--set", "vector_env=async", "--timesteps", "300", "--run-dir", tmp_path / "async") == 0
+    assert herl("train", *args, "--set", "vector_env=async", "--timesteps", "150", "--run-dir", tmp_path / "parts") == 0
+    assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "300", "--progress", "off") == 0
+    config = json.loads((tmp_path / "parts" / "seed_0" / "config.json").read_text())
+    assert config["vector_env"] == "async" and config["n_envs"] == 2
+    sync = OffPolicyAlgorithm.load(tmp_path / "sync" / "seed_0" / "model.zip")
+    for run in ("async", "parts"):
+        other = OffPolicyAlgorithm.load(tmp_path / run / "seed_0" / "model.zip")
+        assert (other.num_timesteps, other._n_updates, other._episode_num) == \
+            (sync.num_timesteps, sync._n_updates, sync._episode_num), run
+        for name, state in sync.get_parameters().items():
+            if not name.endswith(".optimizer"):
+                for key, tensor in state.items():
+                    assert torch.equal(tensor, other.get_parameters()[name][key]), (run, name, key)
+
+
+def test_async_envs_refuse_what_steps_its_envs_elsewhere(tmp_path: Path, capsys) -> None:
+    assert herl("train", "--env", "herl/PointReach-v0", "--set", "vector_env=threads", "--progress", "off",
+                "--run-dir", tmp_path / "a") != 0
+    assert "vector_env" in capsys.readouterr().err
+    assert herl("train", "--env", "herl/BatchedPointReach-v0", "--set", "vector_env=async", "--progress", "off",
+                "--run-dir", tmp_path / "b") != 0
+    assert "a batched env steps its envs as one batch of tensors: leave vector_env at sync" in capsys.readouterr().err

@@ -61,6 +61,11 @@ class CrossQConfig(SACConfig):
             raise ConfigError(self.owner(), "bc_loss_weight", self.bc_loss_weight,
                               "0: CrossQ has no behaviour-cloning loss yet (an extra actor pass would move its batch "
                               "renormalization statistics); use SAC or TQC to learn from demonstrations")
+        if self.compile:
+            raise ConfigError(self.owner(), "compile", self.compile,
+                              "False: CrossQ's batch renormalization counts its steps in Python and switches its "
+                              "networks between training and eval mode inside the update, which torch.compile would "
+                              "compile again at every update; use SAC or TQC for a compiled update")
 
 
 class CrossQ(SAC):
@@ -115,15 +120,23 @@ class CrossQ(SAC):
         self.actor.train(False)  # acting uses the running statistics, and leaves them as they are
         return super()._act(x, deterministic)
 
-    def _update(self, batch: Any) -> None:
+    def _update_inputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The actor's noise for the next observations, and for the observations when the actor updates (else None)."""
+        n = batch.rewards.shape[0]
+        next_noise = torch.randn(n, self.action_dim, generator=self.torch_rng, device=self.device)
+        update_actor = (self._n_updates + 1) % self.config.policy_delay == 0
+        noise = torch.randn(n, self.action_dim, generator=self.torch_rng, device=self.device) if update_actor else None
+        return next_noise, noise
+
+    def _losses(self, batch: Any, inputs: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, dict[str, Any]]:
+        next_noise, noise = inputs
         n = batch.rewards.shape[0]
         xx = self.encode_batch(batch)
         x, next_x = xx[:n], xx[n:]
         ent_coef = self.ent_coef_tensor
         with torch.no_grad():
             self.actor.train(False)
-            noise = torch.randn(n, self.action_dim, generator=self.torch_rng, device=xx.device)
-            next_actions, next_log_prob = self.actor(next_x, noise)
+            next_actions, next_log_prob = self.actor(next_x, next_noise)
         # one pass over (s, a) and (s', a'): the normalization's statistics are the mixture's (see the module doc)
         self.critic.train(True)
         q_all = self.critic(torch.cat([xx, torch.cat([batch.actions, next_actions])], dim=1))
@@ -132,10 +145,9 @@ class CrossQ(SAC):
         critic_loss = 0.5 * (q - target).square().mean(dim=(1, 2)).sum()
         loss = critic_loss
         info = {"critic_loss": critic_loss, "ent_coef": ent_coef}
-        if (self._n_updates + 1) % self.config.policy_delay == 0:
+        if noise is not None:
             self.actor.train(True)
             self.critic.train(False)
-            noise = torch.randn(n, self.action_dim, generator=self.torch_rng, device=xx.device)
             actions, log_prob = self.actor(x, noise)
             q_pi = self.critic(torch.cat([x, actions], dim=1), detach_params=True).amin(0)
             actor_loss = (ent_coef * log_prob - q_pi).mean()
@@ -143,11 +155,10 @@ class CrossQ(SAC):
             if self.learn_ent_coef:
                 loss = loss - (self.log_ent_coef * (log_prob.detach() + self.target_entropy)).mean()
             info["actor_loss"] = actor_loss
-        elif "actor_loss" in self._train_info:
-            info["actor_loss"] = self._train_info["actor_loss"]
-        optimizer = self.optimizers["optimizer"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
         self.actor.train(False)
-        self._train_info = info
+        return loss, info
+
+    def _after_step(self, batch: Any, inputs: tuple[torch.Tensor, torch.Tensor | None], info: dict[str, Any]) -> dict[str, Any]:
+        if "actor_loss" not in info and "actor_loss" in self._train_info:  # the last actor update's
+            info["actor_loss"] = self._train_info["actor_loss"]
+        return info

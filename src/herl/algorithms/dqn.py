@@ -107,7 +107,11 @@ class DQN(OffPolicyAlgorithm):
         with self.eval_mode():
             return self.q_net(x).gather(1, batch.actions.long().reshape(-1, 1)).reshape(-1)
 
-    def _update(self, batch: Any) -> None:
+    def _update_inputs(self, batch: Any) -> bool:
+        """Whether the target network updates after this step."""
+        return self.num_timesteps - self._last_target_update >= self.config.target_update_interval
+
+    def _losses(self, batch: Any, inputs: bool) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg = self.config
         n = batch.rewards.shape[0]
         xx = self.encode_batch(batch)
@@ -120,17 +124,22 @@ class DQN(OffPolicyAlgorithm):
                 next_q = next_q_target.amax(dim=1, keepdim=True)
             target = self.td_target(batch, next_q)
         q = q_all[:n].gather(1, batch.actions.long())
+        info: dict[str, Any] = {"loss": None}
         if batch.weights is None:
             loss = nn.functional.smooth_l1_loss(q, target)
         else:  # prioritized replay (Schaul et al. 2015): importance weights, and |TD error| as the new priorities
             loss = (batch.weights * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
-            self.replay_buffer.update_priorities(batch.indexes, (q - target).detach())
-        optimizer = self.optimizers["optimizer"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm, foreach=True)
-        optimizer.step()
-        if self.num_timesteps - self._last_target_update >= cfg.target_update_interval:
-            self.soft_update(self.q_net_target, self.q_net, cfg.tau)
+            info["td_error"] = (q - target).detach()
+        info["loss"] = loss
+        return loss, info
+
+    def _before_step(self) -> None:
+        nn.utils.clip_grad_norm_(self.q_net.parameters(), self.config.max_grad_norm, foreach=True)
+
+    def _after_step(self, batch: Any, inputs: bool, info: dict[str, Any]) -> dict[str, Any]:
+        if "td_error" in info:
+            self.replay_buffer.update_priorities(batch.indexes, info.pop("td_error"))
+        if inputs:
+            self.soft_update(self.q_net_target, self.q_net, self.config.tau)
             self._last_target_update = self.num_timesteps
-        self._train_info = {"loss": loss, "exploration_rate": self.exploration_rate}
+        return {"loss": info["loss"], "exploration_rate": self.exploration_rate}

@@ -139,11 +139,16 @@ class SAC(OffPolicyAlgorithm):
     def _collect_actions(self, obs: Any) -> np.ndarray:
         return self._mix_random_actions(super()._collect_actions(obs), self.config.random_action_prob)
 
-    def _update(self, batch: Any) -> None:
+    def _update_inputs(self, batch: Any) -> tuple[torch.Tensor, bool]:
+        """The actor's noise for the observations and next observations, and whether the target critics update."""
+        noise = torch.randn(2 * batch.rewards.shape[0], self.action_dim, generator=self.torch_rng, device=self.device)
+        return noise, (self._n_updates + 1) % self.config.target_update_interval == 0
+
+    def _losses(self, batch: Any, inputs: tuple[torch.Tensor, bool]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        noise = inputs[0]
         n = batch.rewards.shape[0]
         xx = self.encode_batch(batch)
         x, next_x = xx[:n], xx[n:]
-        noise = torch.randn(2 * n, self.action_dim, generator=self.torch_rng, device=xx.device)
         actions, log_prob = self.actor(xx, noise)
         ent_coef = self.ent_coef_tensor
         cx, next_cx, policy_cx = self._critic_inputs(x, next_x)
@@ -156,15 +161,15 @@ class SAC(OffPolicyAlgorithm):
         if self.learn_ent_coef:
             ent_coef_loss = -(self.log_ent_coef * (log_prob[:n].detach() + self.target_entropy)).mean()
             loss = loss + ent_coef_loss
-        optimizer = self.optimizers["optimizer"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if (self._n_updates + 1) % self.config.target_update_interval == 0:
-            self.soft_update(self.critic_target, self.critic, self.config.tau)
-        self._train_info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "ent_coef": ent_coef}
+        info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "ent_coef": ent_coef}
         if self.config.bc_loss_weight:
-            self._train_info["bc_loss"] = demo_loss
+            info["bc_loss"] = demo_loss
+        return loss, info
+
+    def _after_step(self, batch: Any, inputs: tuple[torch.Tensor, bool], info: dict[str, Any]) -> dict[str, Any]:
+        if inputs[1]:
+            self.soft_update(self.critic_target, self.critic, self.config.tau)
+        return info
 
     def _demo_loss(self, x: torch.Tensor, cx: torch.Tensor, batch: Any) -> torch.Tensor:
         """The behaviour-cloning loss on the batch's demo rows (see :mod:`herl.algorithms.bc`), for the deterministic

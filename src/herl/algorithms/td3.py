@@ -100,24 +100,32 @@ class TD3(OffPolicyAlgorithm):
     def _collect_actions(self, obs: Any) -> np.ndarray:
         return self._mix_random_actions(super()._collect_actions(obs), self.config.random_action_prob)
 
-    def _update(self, batch: Any) -> None:
+    def _update_inputs(self, batch: Any) -> tuple[torch.Tensor | None, bool]:
+        """The target policy's smoothing noise (None without it), and whether the actor and the targets update."""
         cfg = self.config
+        noise = None
+        if cfg.target_policy_noise > 0:
+            noise = torch.randn((batch.rewards.shape[0], self.action_dim), generator=self.torch_rng, device=self.device)
+        return noise, (self._n_updates + 1) % cfg.policy_delay == 0
+
+    def _losses(self, batch: Any, inputs: tuple[torch.Tensor | None, bool]) -> tuple[torch.Tensor, dict[str, Any]]:
+        cfg = self.config
+        noise, update_actor = inputs
         n = batch.rewards.shape[0]
         xx = self.encode_batch(batch)
         x, next_x = xx[:n], xx[n:]
         cx, next_cx, policy_cx = self._critic_inputs(x, next_x)
         with torch.no_grad():
             next_actions = self.actor_target(next_x)
-            if cfg.target_policy_noise > 0:
-                noise = torch.randn(next_actions.shape, generator=self.torch_rng, device=xx.device)
-                noise = noise.mul_(cfg.target_policy_noise).clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
+            if noise is not None:
+                noise = (noise * cfg.target_policy_noise).clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
                 next_actions = (next_actions + noise).clamp_(-1.0, 1.0)
             next_q = self.critic_target(torch.cat([next_cx, next_actions], dim=1)).amin(0)
             target = self.td_target(batch, next_q)
         q = self.critic(torch.cat([cx, batch.actions], dim=1))
         critic_loss = (q - target).square().mean(dim=(1, 2)).sum()
         loss = critic_loss
-        update_actor = (self._n_updates + 1) % cfg.policy_delay == 0
+        info: dict[str, Any] = {"critic_loss": critic_loss}
         if update_actor:
             actions = self.actor(x)
             q_policy = self.critic(torch.cat([policy_cx, actions], dim=1), detach_params=True)[0]
@@ -129,13 +137,15 @@ class TD3(OffPolicyAlgorithm):
                 demo_loss = bc_loss(actions, batch.actions, batch.demo_mask, **filter_q)
                 actor_loss = actor_loss + cfg.bc_loss_weight * demo_loss
             loss = loss + actor_loss
-        optimizer = self.optimizers["optimizer"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if update_actor:
-            self.soft_update(self.critic_target, self.critic, cfg.tau)
-            self.soft_update(self.actor_target, self.actor, cfg.tau)
-            self._train_info = {"critic_loss": critic_loss, "actor_loss": actor_loss}
+            info["actor_loss"] = actor_loss
             if cfg.bc_loss_weight:
-                self._train_info["bc_loss"] = demo_loss
+                info["bc_loss"] = demo_loss
+        return loss, info
+
+    def _after_step(self, batch: Any, inputs: tuple[torch.Tensor | None, bool], info: dict[str, Any]) -> dict[str, Any]:
+        """The targets follow with the actor; the losses logged are those of the last step that updated the actor."""
+        if not inputs[1]:
+            return self._train_info
+        self.soft_update(self.critic_target, self.critic, self.config.tau)
+        self.soft_update(self.actor_target, self.actor, self.config.tau)
+        return info

@@ -31,7 +31,7 @@ from herl.errors import ArchiveError
 from herl.io.archive import read_archive, write_archive
 from herl.io.model import loop_arrays, saved_last_obs
 from herl.io.atomic import atomic_folder, atomic_write, share_like_new_files  # noqa: F401 (herl.run.train's)
-from herl.run.envs import ReplayMismatch, recorders
+from herl.run.envs import ReplayMismatch, reset_envs, restore_envs, snapshot_envs
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
@@ -41,7 +41,7 @@ STATE_FILE = "state.zip"
 STATE_KIND = "training_state"
 STATE_VERSION = 1
 # Scalars of the model that are configuration, not training state, so a checkpoint leaves them alone.
-_NOT_STATE = frozenset({"verbose", "seed", "n_envs", "_custom_logger"})
+_NOT_STATE = frozenset({"verbose", "seed", "n_envs", "_custom_logger", "_mode_dependent", "compile_seconds"})
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,7 @@ def remove_partial_checkpoints(run_dir: Path) -> None:
 def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     arrays = loop_arrays(model)
     env_meta = []
-    for i, recorder in enumerate(recorders(env)):
-        record, actions = recorder.snapshot()
+    for i, (record, actions) in enumerate(snapshot_envs(env)):
         env_meta.append(record)
         arrays[f"env/{i}/actions"] = actions
     noise = model.action_noise
@@ -211,10 +210,9 @@ def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict
         if hasattr(model.action_noise, "noise_prev"):
             model.action_noise.noise_prev = np.asarray(meta["noise"]["noise_prev"], dtype=np.float64)
     saved = saved_last_obs(arrays)
-    envs = recorders(env)
     try:
-        observations = _stack([rec.restore(record, arrays[f"env/{i}/actions"])
-                               for i, (rec, record) in enumerate(zip(envs, meta["envs"]))])
+        observations = _stack(restore_envs(env, meta["envs"], [arrays[f"env/{i}/actions"]
+                                                                for i in range(len(meta["envs"]))]))
         exact = all(np.array_equal(np.asarray(_get(observations, k)), v) for k, v in saved.items())
     except ReplayMismatch:
         exact = False
@@ -229,7 +227,7 @@ def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict
                       "from here but not bit for bit as the interrupted run would have", stacklevel=2)
         if hasattr(model.replay_buffer, "truncate_last_trajectory"):
             model.replay_buffer.truncate_last_trajectory(warn=False)
-        observations = _stack([rec.reset()[0] for rec in envs])
+        observations = _stack(reset_envs(env))
         model._ep_returns[:] = 0.0
         model._ep_lengths[:] = 0
         if model.action_noise is not None:

@@ -2,7 +2,7 @@
 
 Every setting has one dotted key, the same in a preset file and on the command line:
 
-- ``timesteps``, ``n_envs``, ``device``, ``threads``, ``log_interval``, ``workers``, ``broadcast_every``: the run;
+- ``timesteps``, ``n_envs``, ``vector_env``, ``device``, ``threads``, ``log_interval``, ``workers``, ``broadcast_every``: the run;
 - any hyperparameter of the algorithm (``learning_rate``, ``batch_size``, ...; validated by the algorithm's config);
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.desired_goal_share``,
@@ -174,6 +174,9 @@ class TrainConfig:
     """Env steps to train for, over all envs."""
     n_envs: int = 1
     """Envs stepped together."""
+    vector_env: str = "sync"
+    """How ``n_envs > 1`` envs step: ``"sync"``, one after another in the training process, or ``"async"``, each in a
+    process of its own, all at once (gymnasium's ``AsyncVectorEnv``; for a machine with a core per env)."""
     device: str = "auto"
     """Torch device (auto: CUDA when available)."""
     threads: int = 1
@@ -249,8 +252,8 @@ def _jsonable(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------------------------------
 # Dotted keys
 
-RUN_KEYS = {"timesteps": int, "n_envs": int, "device": str, "threads": int, "log_interval": int, "workers": int,
-            "broadcast_every": int}
+RUN_KEYS = {"timesteps": int, "n_envs": int, "vector_env": str, "device": str, "threads": int, "log_interval": int,
+            "workers": int, "broadcast_every": int}
 SECTIONS: dict[str, type] = {
     "her": HerSettings, "policy": PolicySettings, "noise": NoiseSettings, "eval": EvalSettings,
     "checkpoint": CheckpointSettings, "demos": DemoSettings, "batched": BatchedLoopSettings,
@@ -515,6 +518,7 @@ def validate_config(config: TrainConfig) -> None:
     from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ConfigError, check, number, one_of
 
     rules = [("timesteps", config.timesteps, POSITIVE_INT), ("n_envs", config.n_envs, POSITIVE_INT),
+             ("vector_env", config.vector_env, one_of("sync", "async")),
              ("threads", config.threads, POSITIVE_INT), ("log_interval", config.log_interval, POSITIVE_INT),
              ("workers", config.workers, NON_NEGATIVE_INT), ("broadcast_every", config.broadcast_every, POSITIVE_INT),
              ("noise.type", config.noise.type, one_of(*NOISE_TYPES[1:])), ("noise.sigma", config.noise.sigma, number(0.0)),
@@ -546,6 +550,11 @@ def validate_config(config: TrainConfig) -> None:
             _check_batched(config)
         elif config.batched is not None:
             raise CLIError(_batched_only_message(config.env, ["batched"]))
+        if config.vector_env == "async" and (config.workers or _is_batched_env(config.env)):
+            raise CLIError("vector_env=async steps the n_envs envs in processes of the training machine; "
+                           + ("workers already step their envs in processes of their own: leave vector_env at sync"
+                              if config.workers else "a batched env steps its envs as one batch of tensors: leave "
+                              "vector_env at sync"))
         if config.workers and config.n_envs != 1:
             raise CLIError(f"with workers, each worker steps one env: use n_envs=1 (got {config.n_envs}) and more "
                            "workers")

@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from herl.run.errors import CLIError, MissingExtraError
 from herl.training.envs import is_goal_space
@@ -322,19 +322,69 @@ class ReplayableEnv(gym.Wrapper):
         self.actions = [np.array(a, copy=True) for a in actions]
         return obs
 
+    pending_restore: tuple[dict[str, Any], np.ndarray] | None = None
+    """What :meth:`restore_pending` replays: set by the process that holds this env in another one's vector env."""
 
-def make_training_env(env_id: str, env_kwargs: dict[str, Any] | None, n_envs: int) -> gym.Env | SyncVectorEnv:
-    """A :class:`ReplayableEnv`, or ``n_envs`` of them in a SAME_STEP vector env (the loop stores true final states)."""
+    def restore_pending(self) -> tuple[bool, Any]:
+        """:meth:`restore` of :attr:`pending_restore`, as ``(replayed exactly, observation)``: an env in an
+        :class:`~gymnasium.vector.AsyncVectorEnv`'s worker must not raise (the worker would be lost)."""
+        meta, actions = self.pending_restore
+        self.pending_restore = None
+        try:
+            return True, self.restore(meta, actions)
+        except ReplayMismatch:
+            return False, None
+
+
+VECTOR_ENVS = ("sync", "async")
+"""How ``n_envs > 1`` envs step: one after another in the training process, or each in its own process."""
+
+
+def make_training_env(env_id: str, env_kwargs: dict[str, Any] | None, n_envs: int,
+                      vector_env: str = "sync") -> gym.Env | SyncVectorEnv | AsyncVectorEnv:
+    """A :class:`ReplayableEnv`, or ``n_envs`` of them in a SAME_STEP vector env (the loop stores true final states):
+    stepped one after another (``vector_env="sync"``), or each in a process of its own (``"async"``: gymnasium's
+    ``AsyncVectorEnv``, whose workers step at once, for machines with a core per env)."""
+    if vector_env not in VECTOR_ENVS:
+        raise CLIError(f"vector_env={vector_env!r}: use one of {list(VECTOR_ENVS)}")
     if n_envs == 1:
         return ReplayableEnv(make_env(env_id, env_kwargs, training=True))
     make_env(env_id, env_kwargs).close()  # report a bad id or argument once, here, not from inside the vector env
-    return SyncVectorEnv([lambda: ReplayableEnv(make_env(env_id, env_kwargs, training=True)) for _ in range(n_envs)],
-                         autoreset_mode=AutoresetMode.SAME_STEP)
+    fns = [lambda: ReplayableEnv(make_env(env_id, env_kwargs, training=True)) for _ in range(n_envs)]
+    if vector_env == "async":  # spawned workers: no forked copy of torch's threads
+        return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
+    return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def recorders(env: gym.Env | SyncVectorEnv) -> list[ReplayableEnv]:
-    """The :class:`ReplayableEnv` of each env of a training env."""
+    """The :class:`ReplayableEnv` of each env of a training env in this process."""
     envs = env.envs if isinstance(env, SyncVectorEnv) else [env]
     if not all(isinstance(e, ReplayableEnv) for e in envs):
         raise TypeError("checkpoints need envs made by make_training_env (wrapped in ReplayableEnv)")
     return list(envs)
+
+
+def snapshot_envs(env: Any) -> list[tuple[dict[str, Any], np.ndarray]]:
+    """Each env's :meth:`ReplayableEnv.snapshot`, in this process or in its vector env's workers."""
+    if isinstance(env, AsyncVectorEnv):
+        return list(env.call("snapshot"))
+    return [recorder.snapshot() for recorder in recorders(env)]
+
+
+def restore_envs(env: Any, records: list[dict[str, Any]], actions: list[np.ndarray]) -> list[Any]:
+    """Replay each env's recorded episode (:meth:`ReplayableEnv.restore`); returns their observations, or raises
+    :class:`ReplayMismatch` if one did not replay exactly."""
+    if isinstance(env, AsyncVectorEnv):
+        env.set_attr("pending_restore", list(zip(records, actions)))
+        results = env.call("restore_pending")
+        if not all(exact for exact, _ in results):
+            raise ReplayMismatch("a replayed episode ended early: the env is not deterministic given its seed")
+        return [obs for _, obs in results]
+    return [recorder.restore(record, a) for recorder, record, a in zip(recorders(env), records, actions)]
+
+
+def reset_envs(env: Any) -> list[Any]:
+    """Start a new episode in each env (unseeded); returns the first observations."""
+    if isinstance(env, AsyncVectorEnv):
+        return [obs for obs, _ in env.call("reset")]
+    return [recorder.reset()[0] for recorder in recorders(env)]

@@ -449,7 +449,11 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
         progress.close()
         logger.close()
         eval_env.close()
-    summary = _summarize(run_dir, config, model.num_timesteps, logger.wall_time(), callback.history, notes())
+    extra = list(notes())
+    if getattr(model, "compile_seconds", None) is not None:  # compile=True: the one-off cost, said once
+        extra.append(f"compile=true: the update compiled in {model.compile_seconds:.1f} s (this session)")
+        print(f"herl train: note: {extra[-1]}", file=sys.stderr, flush=True)
+    summary = _summarize(run_dir, config, model.num_timesteps, logger.wall_time(), callback.history, extra)
     atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(dataclasses.asdict(summary), indent=1))
     return summary
 
@@ -564,7 +568,7 @@ def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: in
     from herl.run.demos import check_demos_env
 
     config = _record_scripted_demos(config, run_dir)
-    env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
+    env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs, config.vector_env)
     try:
         demos_note = check_demos_env(config, env)  # before the buffer reads them: names the env settings that differ
         model = build_model(config, env)
@@ -633,7 +637,7 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
         if finished is not None:
             return finished
         with _run_settings(config, threads):  # this session's threads only: config.json keeps the run's own
-            env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs)
+            env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs, config.vector_env)
             try:
                 model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)
                 return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,

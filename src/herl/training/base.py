@@ -7,7 +7,9 @@ An algorithm subclasses :class:`OffPolicyAlgorithm` and defines
 - ``config_class``: its frozen hyperparameter dataclass;
 - ``_build()``: its networks (in ``self.nets``, a ``ModuleDict``) and optimizers (``self.optimizers``);
 - ``_act(x, deterministic)``: actions for encoded observations (what ``predict`` and the loop call);
-- ``_update(batch)``: one gradient step.
+- ``_update(batch)``: one gradient step; the algorithms here define its parts instead (``_update_inputs``,
+  ``_losses``, ``_after_step``: see :meth:`OffPolicyAlgorithm._update`), so that ``compile=True`` can compile the
+  part that computes the loss.
 
 The loop that touches the environment is :func:`herl.training.loop.run`, the only one.
 """
@@ -281,7 +283,77 @@ class OffPolicyAlgorithm:
         raise NotImplementedError
 
     def _update(self, batch: Any) -> None:
+        """One gradient step: the loss (compiled with ``compile=True``), one backward pass, one Adam step, then what
+        follows it (target updates, priorities).
+
+        An algorithm defines ``_update_inputs(batch)``: what the step draws from the model's generator and decides in
+        Python (noise, whether the actor or the targets update), drawn eagerly so a compiled loss neither touches the
+        generator nor depends on counters; ``_losses(batch, inputs)``: the loss and the values to log, from tensors
+        only; and ``_after_step(batch, inputs, info)``, returning what ``train_info`` becomes.
+        """
+        inputs = self._update_inputs(batch)
+        losses = self._loss_function()
+        if losses == self._losses:
+            loss, info = losses(batch, inputs)
+        else:
+            loss, info = self._compiled_call(losses, batch, inputs)
+        optimizer = self.optimizers["optimizer"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self._before_step()
+        optimizer.step()
+        self._train_info = self._after_step(batch, inputs, info)
+
+    def _update_inputs(self, batch: Any) -> Any:
         raise NotImplementedError
+
+    def _losses(self, batch: Any, inputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def _before_step(self) -> None:
+        """Between the backward pass and Adam's step (DQN clips its gradients here)."""
+
+    def _after_step(self, batch: Any, inputs: Any, info: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    compile_seconds: float | None = None
+    """How long compiling the update took (``compile=True``), once it has run; None before."""
+
+    def _loss_function(self) -> Callable[[Any, Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """``_losses``, or its compiled version with ``compile=True`` (built at the first update, and timed)."""
+        if not self.config.compile:
+            return self._losses
+        compiled = self.__dict__.get("_compiled_losses")
+        if compiled is None:
+            mode = "reduce-overhead" if self.device.type == "cuda" else None
+            compiled = torch.compile(self._losses, mode=mode, dynamic=False)
+            self.__dict__["_compiled_losses"] = compiled
+            return functools.partial(self._first_compiled_call, compiled)
+        return compiled
+
+    def _compiled_call(self, losses: Any, batch: Any, inputs: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The compiled loss. On CUDA its graphs (CUDA graphs) reuse their output memory at the next call: each call
+        starts a new step, and the values kept for logging are copied out."""
+        if self.device.type != "cuda":
+            return losses(batch, inputs)
+        torch.compiler.cudagraph_mark_step_begin()
+        loss, info = losses(batch, inputs)
+        return loss, {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in info.items()}
+
+    def _first_compiled_call(self, compiled: Any, batch: Any, inputs: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        start = time.perf_counter()
+        try:
+            out = compiled(batch, inputs)
+        except Exception as err:  # noqa: BLE001 - any compiler failure: train on, eagerly, and say why
+            warnings.warn(f"{type(self).__name__}(compile=True): torch.compile could not compile the update "
+                          f"({type(err).__name__}: {str(err)[:300]}); training goes on with the eager update, which "
+                          "computes the same", RuntimeWarning, stacklevel=4)
+            self.__dict__["_compiled_losses"] = self._losses
+            return self._losses(batch, inputs)
+        self.compile_seconds = time.perf_counter() - start
+        if self.verbose >= 1:
+            print(f"{type(self).__name__}: compiled the update in {self.compile_seconds:.1f} s")
+        return out
 
     # ------------------------------------------------------------------ helpers for algorithms
     @property

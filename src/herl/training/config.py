@@ -58,6 +58,12 @@ class OffPolicyConfig:
     """Clip TD targets: True for [-1/(1-gamma), 0] (the range of returns of -1/0 goal rewards), or (low, high)."""
     stats_window_size: int = 100
     """Episodes averaged in ``rollout/ep_rew_mean`` and ``rollout/success_rate``."""
+    compile: bool = False
+    """Run each update's loss, forward and backward, through ``torch.compile`` (on CUDA in ``"reduce-overhead"``
+    mode: CUDA graphs, one launch for many kernels); the backward pass, Adam's step and the target updates stay one
+    call each, as in the eager update. The compiled update computes what the eager one does, to float rounding
+    (fused kernels round in their own order). Compiling takes seconds to a minute, paid at the first update and
+    reported; where it cannot compile (no C++ compiler for the CPU backend, say) the model warns and stays eager."""
 
     # Defaults that changed, with the value they had: a saved config without the field gets the old one.
     former_defaults: ClassVar[Mapping[str, Any]] = {}
@@ -77,6 +83,7 @@ class OffPolicyConfig:
         "normalize_observations": Rule("bool", also=(None,)),
         "clip_observations": number(0.0, low_open=True),
         "stats_window_size": POSITIVE_INT,
+        "compile": BOOL,
         "train_freq": None,  # checked in validate: an int or (n, unit)
         "clip_target": None,  # a bool or (low, high)
     }

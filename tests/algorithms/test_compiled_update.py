@@ -1,0 +1,139 @@
+"""``compile=True``: the update's loss through torch.compile computes what the eager update does, for every algorithm
+that takes it and every input form its eager update takes (goal and Box observations, HER, prioritized replay,
+demonstrations, images through an extractor); a model that cannot compile warns and trains on eagerly; a compiled model
+saves, loads and trains on as one never interrupted; CrossQ refuses it with the reason.
+
+Compiling takes seconds per model (inductor's C++ backend on the CPU), so these are slow tests.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from herl import DDPG, DQN, SAC, TD3, TQC, CrossQ, HerReplayBuffer, NormalActionNoise
+from herl.demos import generate_expert_traj
+from herl.envs import BitFlippingEnv, PointReachEnv
+from herl.errors import ConfigError
+
+pytestmark = pytest.mark.slow
+
+ALGOS = {cls.__name__: cls for cls in (DQN, DDPG, TD3, SAC, TQC)}
+
+
+def reach_expert(obs):
+    return np.clip(3.0 * (obs["desired_goal"] - obs["achieved_goal"]), -1.0, 1.0).astype(np.float32)
+
+
+def make(algo: str, form: str, compile: bool, seed: int = 0):
+    cls = ALGOS[algo]
+    kwargs = dict(seed=seed, learning_starts=20, batch_size=16, buffer_size=400, compile=compile,
+                  policy_kwargs=dict(net_arch=[32, 32]))
+    if algo in ("DDPG", "TD3"):
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(2), 0.2 * np.ones(2))
+    if form == "her":
+        env = BitFlippingEnv(n_bits=4) if algo == "DQN" else PointReachEnv(max_episode_steps=8)
+        kwargs.update(replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=dict(n_sampled_goal=2))
+        policy = "MultiInputPolicy"
+    elif form == "demos":
+        env = PointReachEnv(max_episode_steps=8)
+        demos = generate_expert_traj(reach_expert, None, PointReachEnv(max_episode_steps=8), n_episodes=3, seed=5)
+        kwargs.update(replay_buffer_class=HerReplayBuffer, bc_loss_weight=1.0, q_filter=True,
+                      replay_buffer_kwargs=dict(demonstrations=demos, demo_batch_ratio=0.25))
+        policy = "MultiInputPolicy"
+    elif form == "prioritized":
+        env = gym.make("CartPole-v1")
+        kwargs.update(replay_buffer_kwargs=dict(prioritized=True), target_update_interval=10)
+        policy = "MlpPolicy"
+    elif form == "images":
+        env = BitFlippingEnv(n_bits=4, continuous=algo != "DQN", image_obs_space=True, max_steps=6)
+        kwargs.update(replay_buffer_class=HerReplayBuffer,
+                      policy_kwargs=dict(net_arch=[16], features_extractor_kwargs=dict(cnn_output_dim=8)))
+        if algo in ("DDPG", "TD3"):
+            kwargs["action_noise"] = NormalActionNoise(np.zeros(4), 0.2 * np.ones(4))
+        policy = "MultiInputPolicy"
+    else:
+        env = gym.make("CartPole-v1") if algo == "DQN" else gym.make("Pendulum-v1", max_episode_steps=30)
+        if algo in ("DDPG", "TD3"):
+            kwargs["action_noise"] = NormalActionNoise(np.zeros(1), 0.2 * np.ones(1))
+        policy = "MlpPolicy"
+    return cls(policy, env, **kwargs)
+
+
+def assert_close_models(a, b) -> None:
+    pa, pb = a.get_parameters(), b.get_parameters()
+    for name in pa:
+        if name.endswith(".optimizer"):
+            continue
+        for key in pa[name]:
+            torch.testing.assert_close(pa[name][key].float(), pb[name][key].float(), rtol=1e-4, atol=1e-5,
+                                       msg=f"{name}.{key}")
+    for key, value in a.train_info().items():
+        assert b.train_info()[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    assert (a.num_timesteps, a._n_updates) == (b.num_timesteps, b._n_updates)
+
+
+CASES = [*[(algo, "box") for algo in ALGOS], *[(algo, "her") for algo in ALGOS], ("DQN", "prioritized"),
+         ("SAC", "demos"), ("TD3", "demos"), ("SAC", "images"), ("DQN", "images")]
+
+
+@pytest.mark.parametrize("algo, form", CASES, ids=lambda v: str(v))
+def test_the_compiled_update_computes_what_the_eager_one_does(algo: str, form: str):
+    eager, compiled = make(algo, form, False), make(algo, form, True)
+    eager.learn(60)
+    compiled.learn(60)
+    assert compiled.compile_seconds is not None and compiled.compile_seconds > 0
+    assert eager.compile_seconds is None
+    assert compiled._n_updates >= 10
+    assert_close_models(eager, compiled)
+    obs = compiled.observation_space.sample()
+    np.testing.assert_allclose(compiled.predict(obs, deterministic=True)[0], eager.predict(obs, deterministic=True)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_a_compiled_model_saves_loads_and_trains_on_as_never_interrupted(tmp_path):
+    model = make("TQC", "her", True)
+    model.learn(40)
+    model.save(tmp_path / "model")
+    model.save_replay_buffer(tmp_path / "buffer")
+    loaded = TQC.load(tmp_path / "model", env=PointReachEnv(max_episode_steps=8))
+    loaded.load_replay_buffer(tmp_path / "buffer")
+    assert loaded.config.compile and loaded.compile_seconds is None
+    model.set_env(PointReachEnv(max_episode_steps=8))
+    for m in (model, loaded):
+        m.learn(30, reset_num_timesteps=False)
+    assert loaded.compile_seconds is not None
+    if model.device.type != "cpu":  # CUDA kernels may reduce in their own order: to float rounding there
+        assert_close_models(model, loaded)
+        return
+    pa, pb = model.get_parameters(), loaded.get_parameters()
+    for name in pa:
+        if not name.endswith(".optimizer"):
+            for key in pa[name]:
+                assert torch.equal(pa[name][key], pb[name][key]), (name, key)
+
+
+def test_a_model_that_cannot_compile_says_so_and_trains_on_eagerly(monkeypatch):
+    def broken(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("no C++ compiler here")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    eager, fallback = make("SAC", "her", False), make("SAC", "her", True)
+    eager.learn(40)
+    with pytest.warns(RuntimeWarning, match="could not compile the update .*no C\\+\\+ compiler here.*eager update"):
+        fallback.learn(40)
+    for key, value in eager.policy.state_dict().items():
+        assert torch.equal(value, fallback.policy.state_dict()[key]), key
+
+
+def test_compile_can_be_switched_on_a_built_model_and_crossq_refuses_it():
+    model = make("SAC", "box", False)
+    model.compile = True
+    model.learn(30)
+    assert model.compile_seconds is not None
+    with pytest.raises(ConfigError, match="CrossQ's batch renormalization counts its steps in Python"):
+        CrossQ("MlpPolicy", "Pendulum-v1", compile=True)
