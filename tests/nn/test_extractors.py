@@ -260,3 +260,17 @@ def test_dqn_reads_images_through_its_q_network(tmp_path):
     obs = IMAGE_LAST.sample()
     model.save(tmp_path / "dqn")
     assert DQN.load(tmp_path / "dqn").predict(obs, deterministic=True)[0] == model.predict(obs, deterministic=True)[0]
+
+
+def test_a_model_with_an_extractor_exports_to_onnx_and_predicts_the_same(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    model = SAC("CnnPolicy", ImageEnv(), learning_starts=8, batch_size=4, buffer_size=64, seed=0,
+                policy_kwargs=dict(net_arch=[8], features_extractor_kwargs=dict(features_dim=4)))
+    model.learn(12)
+    model.export_onnx(tmp_path / "policy.onnx")
+    session = ort.InferenceSession(str(tmp_path / "policy.onnx"))
+    obs = np.stack([IMAGE_LAST.sample() for _ in range(3)])
+    feed = session.get_inputs()[0]
+    (actions,) = session.run(None, {feed.name: obs.astype(np.uint8 if feed.type == "tensor(uint8)" else np.float32)})
+    np.testing.assert_allclose(actions, model.predict(obs, deterministic=True)[0], rtol=1e-4, atol=1e-5)
