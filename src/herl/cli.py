@@ -529,9 +529,6 @@ def _numeric(text: str) -> bool:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    if args.env is not None and _batched_id(args.env):
-        raise CLIError(f"herl sweep does not run batched envs ({args.env}): train each setting with `herl train --env "
-                       f"{args.env} --set ...`, or write the search in Python around herl.batched.BatchedTrainer")
     from herl.distributed.cluster import require_ray
 
     require_ray("herl sweep")

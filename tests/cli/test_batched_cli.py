@@ -204,8 +204,6 @@ def test_check_env_checks_batched_envs(capsys):
     assert "env.distance_threshold" in capsys.readouterr().err
 
 
-def test_sweep_and_record_refuse_batched_envs(tmp_path, capsys):
-    assert herl("sweep", "--env", "herl/BatchedPointReach-v0", "--trials", "1", "--sweep-dir", tmp_path / "s") == 2
-    assert "does not run batched envs" in capsys.readouterr().err and not (tmp_path / "s").exists()
+def test_record_refuses_batched_envs(tmp_path, capsys):
     assert herl("record", "--env", "herl/BatchedPointReach-v0", "-o", tmp_path / "d") == 2
     assert "herl/PointReach-v0" in capsys.readouterr().err

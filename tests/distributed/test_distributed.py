@@ -485,3 +485,20 @@ def test_evaluations_during_training_run_on_the_actors(local_ray, tmp_path: Path
 def test_evaluations_on_workers_need_workers(capsys: pytest.CaptureFixture) -> None:
     assert herl("train", *BITS, "--timesteps", "100", "--set", "eval.on_workers=true", "--progress", "off") == 2
     assert "give workers >= 1" in capsys.readouterr().err
+
+
+def test_a_sweep_of_a_batched_env_trains_batched_runs_and_its_best_settings_train(local_ray, tmp_path: Path) -> None:
+    """Each trial of a batched env is a batched run folder (herl.run.batched), and best.toml trains with herl train."""
+    sweep_dir = tmp_path / "batched"
+    assert herl("sweep", "--env", "herl/BatchedPointReach-v0", "--n-envs", "8", "--timesteps", "800",
+                "--set", "eval.freq=400", "--set", "eval.episodes=8", "--search", "learning_rate=loguniform:3e-4:3e-3",
+                "--trials", "2", "--sweep-dir", sweep_dir) == 0
+    rows = _rows(sweep_dir / "summary.csv")
+    assert len(rows) == 2 and all(r["status"] == "done" for r in rows)
+    for row in rows:
+        run = sweep_dir / row["run"]
+        config = json.loads((run / "config.json").read_text())
+        assert config["env"] == "herl/BatchedPointReach-v0" and config["n_envs"] == 8 and config["batched"] is not None
+        assert (run / "model.zip").exists() and (latest_checkpoint(run).path / "trainer.zip").exists()
+    assert herl("train", "--config", sweep_dir / "best.toml", "--timesteps", "400", "--progress", "off",
+                "--run-dir", tmp_path / "best") == 0

@@ -219,7 +219,13 @@ def run_trial(params: dict[str, Any], *, spec: SweepSpec, runs_dir: str) -> None
     params.pop(RUN_KEY, None)
     seed = params.pop("seed", spec.seeds[0])
     run_dir = Path(runs_dir) / name
-    from herl.run.train import CONFIG_FILE, resume_run, start_run
+    from herl.batched.registry import is_batched_env
+    from herl.run.train import CONFIG_FILE
+
+    if is_batched_env(spec.env):  # a batched env's runs have their own runner (herl.run.batched), same interface
+        from herl.run.batched import resume_run, start_run
+    else:
+        from herl.run.train import resume_run, start_run
 
     if (run_dir / CONFIG_FILE).exists():  # Tune retries a trial whose process died: herl resumes it
         last = latest_checkpoint(run_dir)
