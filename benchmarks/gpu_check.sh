@@ -7,9 +7,10 @@
 #      same run never interrupted;
 #   3. the first 3,000 decisions of the fetch_push preset on CUDA, timed (decisions/s);
 #   4. batched goal envs on the device (herl.batched): env steps per minute end to end, SAC + HER on
-#      BatchedPointReach at 4,096 and 16,384 envs;
-#   5. the compiled update on CUDA (compile=True: CUDA graphs): its test for TQC with HER and a compiled
-#      model's round trip, then the fetch_push preset's first 3,000 decisions with it, timed as in 3.
+#      BatchedPointReach at 16,384 envs;
+#   5. the compiled update on CUDA (compile=True: CUDA graphs): its test against the eager update for TQC with HER,
+#      then its time per update against the eager one's for TQC at the zoo's size ([512]*3, batch 2048) and at
+#      [256, 256], batch 256 (benchmarks/compiled_update.py).
 #
 # Usage, from the repository root: bash benchmarks/gpu_check.sh [OUT_DIR]   (default $OUT, else /tmp/gpu_check)
 # It prints one PASS/FAIL line per part and writes the log to OUT_DIR/gpu_check.log; record the result with the
@@ -62,16 +63,16 @@ part "fetch_push 3000 decisions" timeout 300 "$PY" -m herl train --env FetchPush
 echo "fetch_push: 3000 decisions in $((SECONDS - start)) s including start-up" | tee -a "$LOG"
 
 # 4. batched envs, buffer and updates on the device: env steps per minute end to end
-part "batched throughput" timeout 150 "$PY" benchmarks/batched_throughput.py --device cuda --n-envs 4096 16384 \
-    --steps 4000000 --warmup 400000 --batch-size 4096 --updates-per-step 0.001
+part "batched throughput" timeout 120 "$PY" benchmarks/batched_throughput.py --device cuda --n-envs 16384 \
+    --steps 1000000 --warmup 200000 --batch-size 4096 --updates-per-step 0.001
 grep -A4 "^| n_envs" "$LOG" | tail -n +3
 
-# 5. the compiled update on CUDA: equal to the eager one, resumable, and how fast
-part "compiled update tests" timeout 240 "$PY" -m pytest -q -p no:warnings -p no:cacheprovider -o addopts="" \
-    tests/algorithms/test_compiled_update.py -k "TQC-her or saves_loads"
-start=$SECONDS
-part "fetch_push 3000 decisions compiled" timeout 300 "$PY" -m herl train --env FetchPush-v4 --device cuda \
-    --timesteps 3000 --set compile=true --set eval.freq=100000 --set checkpoint.freq=100000 --progress off \
-    --run-dir "$OUT_DIR/push_compiled"
-echo "fetch_push compiled: 3000 decisions in $((SECONDS - start)) s including start-up and compiling" | tee -a "$LOG"
+# 5. the compiled update on CUDA: equal to the eager one, and how fast
+part "compiled update test" timeout 150 "$PY" -m pytest -q -p no:warnings -p no:cacheprovider -o addopts="" \
+    tests/algorithms/test_compiled_update.py -k "TQC-her"
+part "compiled update speed, zoo size" timeout 120 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
+    --net 512 512 512 --batch 2048 --precision float32 bfloat16 --updates 100 --rounds 3
+part "compiled update speed, [256, 256]" timeout 90 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
+    --net 256 256 --batch 256 --precision float32 --updates 200 --rounds 3
+grep "^| float32\|^| bfloat16" "$LOG" | tail -n 3
 exit $status
