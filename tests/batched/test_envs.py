@@ -12,6 +12,7 @@ from herl.batched import (
     BatchedBitFlipping,
     BatchedGoalEnv,
     BatchedPointReach,
+    BatchedPush,
     BatchedStep,
     check_batched_goal_env,
 )
@@ -209,12 +210,62 @@ def test_bit_flipping_refuses_actions_outside_the_bits():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Push
+
+
+def _push_env(pusher, puck, goal, **kwargs) -> BatchedPush:
+    env = BatchedPush(n_envs=len(pusher), **kwargs)
+    env.reset(seed=0)
+    env.load_state_dict({**env.state_dict(), "pusher": torch.tensor(pusher), "puck": torch.tensor(puck),
+                         "goal": torch.tensor(goal)})
+    return env
+
+
+def test_push_moves_the_puck_only_when_the_pusher_touches_it():
+    # env 0 pushes the puck ahead of it; env 1 moves beside it without touching; env 2 lands on the puck's centre at
+    # each step, so the puck goes along the action
+    env = _push_env([[-0.3, 0.0], [-0.3, 0.5], [0.2, 0.1]], [[0.0, 0.0], [0.0, 0.0], [0.2, 0.2]],
+                    [[0.5, 0.0], [0.5, 0.0], [0.5, 0.5]])
+    for _ in range(5):
+        step = env.step(torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]))
+    pusher, puck = step.final_obs["observation"][:, :2], step.final_obs["achieved_goal"]
+    torch.testing.assert_close(pusher, torch.tensor([[0.2, 0.0], [0.2, 0.5], [0.2, 0.6]]))
+    torch.testing.assert_close(puck[0], torch.tensor([0.3, 0.0]))  # kept at the contact radius ahead of the pusher
+    torch.testing.assert_close(puck[1], torch.tensor([0.0, 0.0]))  # never touched
+    torch.testing.assert_close(puck[2], torch.tensor([0.2, 0.7]))  # pushed along the action from the centre
+    observation = step.final_obs["observation"]
+    torch.testing.assert_close(observation[:, 2:4], puck)
+    torch.testing.assert_close(observation[:, 4:6], puck - pusher)
+    torch.testing.assert_close(observation[:, 6:], torch.tensor([[0.1, 0.0], [0.1, 0.0], [0.0, 0.1]]))
+
+
+def test_push_rewards_the_pucks_place_not_the_pushers():
+    env = _push_env([[0.5, 0.0], [-0.9, -0.9]], [[0.0, 0.0], [0.5, 0.5]], [[0.5, 0.0], [0.52, 0.5]])
+    step = env.step(torch.zeros(2, 2))
+    assert step.reward.tolist() == [-1.0, 0.0] and step.success.tolist() == [False, True]
+    assert torch.equal(env.compute_reward(step.final_obs["achieved_goal"], step.final_obs["desired_goal"]), step.reward)
+    assert not step.terminated.any()
+
+
+def test_push_restarts_its_episodes_in_the_square_with_pucks_and_goals_inside():
+    env = BatchedPush(n_envs=500, max_episode_steps=3)
+    obs = env.reset(seed=1)
+    for _ in range(3):
+        step = env.step(torch.rand(500, 2) * 2 - 1)
+    assert step.truncated.all() and not torch.equal(step.obs["achieved_goal"], step.final_obs["achieved_goal"])
+    for o in (obs, step.obs):
+        assert o["achieved_goal"].abs().max() <= 0.6 and o["desired_goal"].abs().max() <= 0.6
+        assert o["observation"][:, :2].abs().max() <= 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The interface's promises
 
 
 def _envs() -> list[BatchedGoalEnv]:
     return [BatchedPointReach(n_envs=5), BatchedPointReach(n_envs=3, dim=4, max_episode_steps=7),
-            BatchedBitFlipping(n_envs=6, n_bits=3), BatchedBitFlipping(n_envs=1, n_bits=1)]
+            BatchedBitFlipping(n_envs=6, n_bits=3), BatchedBitFlipping(n_envs=1, n_bits=1),
+            BatchedPush(n_envs=5), BatchedPush(n_envs=2, contact_radius=0.3, max_episode_steps=4)]
 
 
 @pytest.mark.parametrize("env", _envs(), ids=lambda env: f"{type(env).__name__}-{env.n_envs}")
@@ -224,7 +275,8 @@ def test_envs_pass_the_checker(env):
         check_batched_goal_env(env)
 
 
-@pytest.mark.parametrize("make", [lambda: BatchedPointReach(n_envs=4), lambda: BatchedBitFlipping(n_envs=4, n_bits=3)])
+@pytest.mark.parametrize("make", [lambda: BatchedPointReach(n_envs=4), lambda: BatchedBitFlipping(n_envs=4, n_bits=3),
+                                  lambda: BatchedPush(n_envs=4, max_episode_steps=6)])
 def test_state_dict_continues_bit_identically_in_a_new_env(make):
     env, other = make(), make()
     env.reset(seed=3)

@@ -7,7 +7,8 @@ tensor operations rather than a Python call per env.
 
 - :class:`BatchedGoalEnv` and :class:`BatchedStep`: the interface;
 - :class:`BatchedPointReach` and :class:`BatchedBitFlipping`: the batched twins of herl's PointReach and bit flipping
-  envs, giving the same numbers to the bit;
+  envs, giving the same numbers to the bit; :class:`BatchedPush`: a pusher moving a puck to a goal in the plane,
+  HER's object-goal setting without a physics engine;
 - :func:`check_batched_goal_env`: checks that an env keeps the interface's promises;
 - :class:`BatchedHerBuffer`: HER replay on the device, fed one step of every env at a time;
 - :class:`BatchedTrainer`: trains any herl algorithm on a batched env, and saves and resumes the whole run.
@@ -20,6 +21,7 @@ from herl.batched.buffer import BatchedHerBuffer
 from herl.batched.checks import check_batched_goal_env
 from herl.batched.env import BatchedGoalEnv, BatchedStep
 from herl.batched.point_reach import BatchedPointReach
+from herl.batched.push import BatchedPush
 from herl.batched.trainer import BatchedSettings, BatchedTrainer
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "BatchedGoalEnv",
     "BatchedHerBuffer",
     "BatchedPointReach",
+    "BatchedPush",
     "BatchedSettings",
     "BatchedStep",
     "BatchedTrainer",

@@ -18,15 +18,17 @@ from herl.batched.env import (
     BatchedStep,
     check_actions,
     check_goal_shape,
-    load_state,
+    load_tensor_state,
     new_generator,
     require_reset,
     reseed,
     resolve_device,
+    tensor_state,
 )
 from herl.errors import POSITIVE_INT, check
 
 _OWNER = "BatchedBitFlipping"
+_STATE = ("state", "goal")
 
 
 class BatchedBitFlipping(BatchedGoalEnv):
@@ -123,19 +125,10 @@ class BatchedBitFlipping(BatchedGoalEnv):
         return ((achieved_goal > 0.5) == (desired_goal > 0.5)).all(dim=-1)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {
-            "state": self._state.clone(),
-            "goal": self._goal.clone(),
-            "elapsed_steps": self._elapsed.clone(),
-            "started": torch.tensor(self._started, device=self.device),
-            "generator": self._generator.get_state(),
-        }
+        return tensor_state(self, _STATE)
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        loaded = load_state(_OWNER, state, self.state_dict(), self.device)
-        self._state, self._goal, self._elapsed = loaded["state"], loaded["goal"], loaded["elapsed_steps"]
-        self._started = bool(loaded["started"])
-        self._generator.set_state(loaded["generator"])
+        load_tensor_state(_OWNER, self, _STATE, state)
 
     # ----------------------------------------------------------------------------------------------------------------
     # Inspection

@@ -20,7 +20,7 @@ what the batched HER buffer and training loop need from such a simulator, and no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium
 import torch
@@ -120,6 +120,27 @@ class BatchedGoalEnv:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Pieces the envs of this package share
+
+
+def tensor_state(env: Any, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """The :meth:`BatchedGoalEnv.state_dict` of an env of this package: its state tensors ``env._<name>`` for each of
+    ``names``, its elapsed steps, whether it was reset, and its generator."""
+    return {
+        **{name: getattr(env, f"_{name}").clone() for name in names},
+        "elapsed_steps": env._elapsed.clone(),
+        "started": torch.tensor(env._started, device=env.device),
+        "generator": env._generator.get_state(),
+    }
+
+
+def load_tensor_state(owner: str, env: Any, names: tuple[str, ...], state: Mapping[str, torch.Tensor]) -> None:
+    """:meth:`BatchedGoalEnv.load_state_dict` for a state from :func:`tensor_state`, checked by :func:`load_state`."""
+    loaded = load_state(owner, state, tensor_state(env, names), env.device)
+    for name in names:
+        setattr(env, f"_{name}", loaded[name])
+    env._elapsed = loaded["elapsed_steps"]
+    env._started = bool(loaded["started"])
+    env._generator.set_state(loaded["generator"])
 
 
 def resolve_device(device: torch.device | str) -> torch.device:

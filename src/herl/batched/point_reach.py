@@ -17,15 +17,17 @@ from herl.batched.env import (
     BatchedStep,
     check_actions,
     check_goal_shape,
-    load_state,
+    load_tensor_state,
     new_generator,
     require_reset,
     reseed,
     resolve_device,
+    tensor_state,
 )
 from herl.errors import POSITIVE_INT, ConfigError, check, number
 
 _OWNER = "BatchedPointReach"
+_STATE = ("position", "velocity", "goal")
 
 
 class BatchedPointReach(BatchedGoalEnv):
@@ -137,21 +139,10 @@ class BatchedPointReach(BatchedGoalEnv):
         return self._success(achieved_goal, desired_goal).to(torch.float32) - 1.0
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {
-            "position": self._position.clone(),
-            "velocity": self._velocity.clone(),
-            "goal": self._goal.clone(),
-            "elapsed_steps": self._elapsed.clone(),
-            "started": torch.tensor(self._started, device=self.device),
-            "generator": self._generator.get_state(),
-        }
+        return tensor_state(self, _STATE)
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        loaded = load_state(_OWNER, state, self.state_dict(), self.device)
-        self._position, self._velocity, self._goal = loaded["position"], loaded["velocity"], loaded["goal"]
-        self._elapsed = loaded["elapsed_steps"]
-        self._started = bool(loaded["started"])
-        self._generator.set_state(loaded["generator"])
+        load_tensor_state(_OWNER, self, _STATE, state)
 
     # ----------------------------------------------------------------------------------------------------------------
     # Inspection

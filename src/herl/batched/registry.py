@@ -17,10 +17,12 @@ import torch
 from herl.batched.bit_flipping import BatchedBitFlipping
 from herl.batched.env import BatchedGoalEnv
 from herl.batched.point_reach import BatchedPointReach
+from herl.batched.push import BatchedPush
 
 BATCHED_ENVS: dict[str, type[BatchedGoalEnv]] = {
     "herl/BatchedPointReach-v0": BatchedPointReach,
     "herl/BatchedBitFlipping-v0": BatchedBitFlipping,
+    "herl/BatchedPush-v0": BatchedPush,
 }
 """Each batched env id and its class."""
 
