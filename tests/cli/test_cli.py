@@ -734,3 +734,22 @@ def test_async_envs_refuse_what_steps_its_envs_elsewhere(tmp_path: Path, capsys)
     assert herl("train", "--env", "herl/BatchedPointReach-v0", "--set", "vector_env=async", "--progress", "off",
                 "--run-dir", tmp_path / "b") != 0
     assert "a batched env steps its envs as one batch of tensors: leave vector_env at sync" in capsys.readouterr().err
+
+
+def test_the_features_extractor_is_a_policy_setting(tmp_path: Path, capsys) -> None:
+    """Goal envs whose observations are images get SB3's CombinedExtractor by themselves; policy.features_extractor*
+    choose and size one, and a CNN on observations that are not images is refused with the reason."""
+    assert herl("train", "--env", "herl/BitFlipping-v0", "--set", "env.image_obs_space=true", "--set", "env.n_bits=4",
+                "--timesteps", "300", "--set", "policy.features_extractor_kwargs={cnn_output_dim = 16}",
+                "--set", "eval.freq=300", "--set", "eval.episodes=2", "--progress", "off", "--run-dir", tmp_path / "a") == 0
+    model = OffPolicyAlgorithm.load(tmp_path / "a" / "seed_0" / "model.zip")
+    assert model.policy_config.features_extractor == "CombinedExtractor"
+    assert model.q_net.features_extractor.features_dim == 2 * 16  # the observation's image and the goal's
+    assert json.loads((tmp_path / "a" / "seed_0" / "config.json").read_text())["policy"]["features_extractor_kwargs"] \
+        == {"cnn_output_dim": 16}
+    assert herl("train", "--env", "herl/PointReach-v0", "--timesteps", "300", "--set", "policy.features_extractor=NatureCNN",
+                "--progress", "off", "--run-dir", tmp_path / "b") != 0
+    assert "NatureCNN (CnnPolicy's network) reads images" in capsys.readouterr().err
+    assert herl("train", "--env", "herl/PointReach-v0", "--timesteps", "300", "--set", "policy.features_extractor=Nope",
+                "--progress", "off", "--run-dir", tmp_path / "c") == 2
+    assert "herl's own are ['CombinedExtractor', 'FlattenExtractor', 'NatureCNN']" in capsys.readouterr().err

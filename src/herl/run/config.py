@@ -8,7 +8,8 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.desired_goal_share``,
   ``her.online_sampling``, ``her.copy_info_dict``;
 - ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.layer_norm``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; DQN's ``policy.dueling``; CrossQ's
-  ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``;
+  ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``; ``policy.features_extractor`` and its
+  ``policy.features_extractor_kwargs``, ``policy.share_features_extractor``, ``policy.normalize_images``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
 - ``eval.freq``, ``eval.episodes``, ``eval.deterministic``, ``eval.on_workers``; ``checkpoint.freq``, ``checkpoint.keep``;
 - ``demos.path`` (``--demos``), ``demos.batch_ratio``: demonstrations in the HER buffer (``bc_loss_weight`` weighs the
@@ -83,14 +84,27 @@ class PolicySettings:
     """CrossQ: rate at which batch renormalization's running statistics move; None: 0.01."""
     renorm_warmup_steps: int | None = None
     """CrossQ: updates that normalize with batch statistics only, before the running ones take over; None: 100,000."""
+    features_extractor: str | None = None
+    """A features extractor before the networks, by name: NatureCNN (image observations), CombinedExtractor (Dict
+    observations with images), FlattenExtractor; None: herl's choice (CombinedExtractor when a Dict entry the
+    networks read is an image, else the flat inputs)."""
+    features_extractor_kwargs: Mapping[str, Any] | None = None
+    """The extractor's arguments, e.g. {features_dim = 256} for NatureCNN, {cnn_output_dim = 64} for CombinedExtractor."""
+    share_features_extractor: bool | None = None
+    """One extractor for the actor and the critics; None: one each."""
+    normalize_images: bool | None = None
+    """The extractor reads uint8 images scaled to [0, 1]; None: yes."""
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"activation_fn": self.activation_fn, "precision": self.precision}
         if self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
-        for name in ("layer_norm", "n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps"):
+        for name in ("layer_norm", "n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps",
+                     "features_extractor_kwargs", "share_features_extractor", "normalize_images"):
             if getattr(self, name) is not None:
-                kwargs[name] = getattr(self, name)
+                kwargs[name] = dict(getattr(self, name)) if name == "features_extractor_kwargs" else getattr(self, name)
+        if self.features_extractor is not None:
+            kwargs["features_extractor_class"] = self.features_extractor
         return kwargs
 
 
