@@ -690,9 +690,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_env(args: argparse.Namespace) -> int:
-    import warnings
-
-    from herl.envs import GoalEnvError, GoalEnvWarning, check_goal_env
+    from herl.envs import check_goal_env
     from herl.run.envs import make_env
 
     if _batched_id(args.env):
@@ -701,31 +699,45 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     print(f"{args.env}\n  observation space: {env.observation_space}\n  action space: {env.action_space}")
     limit = env.spec.max_episode_steps if env.spec is not None else None
     print(f"  episode limit: {limit if limit is not None else 'none set by gymnasium'}")
-    try:
+
+    def check() -> None:
         env.reset(seed=0)
         env.action_space.seed(0)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", GoalEnvWarning)
-            check_goal_env(env, n_steps=args.steps)
-    except GoalEnvError as err:
-        print(f"FAIL: {err}")
-        return 1
+        check_goal_env(env, n_steps=args.steps)
+
+    try:
+        if not _reported_check(check):
+            return 1
     finally:
         env.close()
-    for warning in caught:
-        if issubclass(warning.category, GoalEnvWarning):
-            print(f"warning: {warning.message}")
     print(f"OK: {args.env} can be trained with HER (checked over {args.steps} random steps)")
     return 0
 
 
-def _check_batched_env(args: argparse.Namespace) -> int:
-    """check-env of a batched env id: 16 envs on the CPU through :func:`herl.batched.check_batched_goal_env`."""
+def _reported_check(check: Any) -> bool:
+    """Run an env check: print ``FAIL: why`` and return False if it raises a GoalEnvError, else print the goal-env
+    warnings it gave and return True."""
     import warnings
 
+    from herl.envs import GoalEnvError, GoalEnvWarning
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GoalEnvWarning)
+            check()
+    except GoalEnvError as err:
+        print(f"FAIL: {err}")
+        return False
+    for warning in caught:
+        if issubclass(warning.category, GoalEnvWarning):
+            print(f"warning: {warning.message}")
+    return True
+
+
+def _check_batched_env(args: argparse.Namespace) -> int:
+    """check-env of a batched env id: 16 envs on the CPU through :func:`herl.batched.check_batched_goal_env`."""
     from herl.batched import check_batched_goal_env
     from herl.batched.registry import make_batched_env
-    from herl.envs import GoalEnvError, GoalEnvWarning
 
     try:
         env = make_batched_env(args.env, 16, "cpu", **_env_set(args.set))
@@ -733,16 +745,8 @@ def _check_batched_env(args: argparse.Namespace) -> int:
         raise CLIError(str(err)) from None
     print(f"{args.env} (batched: 16 envs on the CPU)\n  observation space (each env): {env.single_observation_space}"
           f"\n  action space (each env): {env.single_action_space}\n  episode limit: {env.max_episode_steps}")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", GoalEnvWarning)
-            check_batched_goal_env(env, steps=args.steps)
-    except GoalEnvError as err:
-        print(f"FAIL: {err}")
+    if not _reported_check(lambda: check_batched_goal_env(env, steps=args.steps)):
         return 1
-    for warning in caught:
-        if issubclass(warning.category, GoalEnvWarning):
-            print(f"warning: {warning.message}")
     print(f"OK: {args.env} can be trained with HER on batched envs (checked over {args.steps} steps of every env)")
     return 0
 

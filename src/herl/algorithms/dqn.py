@@ -124,21 +124,19 @@ class DQN(OffPolicyAlgorithm):
                 next_q = next_q_target.amax(dim=1, keepdim=True)
             target = self.td_target(batch, next_q)
         q = q_all[:n].gather(1, batch.actions.long())
-        info: dict[str, Any] = {"loss": None}
         if batch.weights is None:
             loss = nn.functional.smooth_l1_loss(q, target)
-        else:  # prioritized replay (Schaul et al. 2015): importance weights, and |TD error| as the new priorities
-            loss = (batch.weights * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
-            info["td_error"] = (q - target).detach()
-        info["loss"] = loss
-        return loss, info
+            return loss, {"loss": loss}
+        # prioritized replay (Schaul et al. 2015): importance weights, and |TD error| as the new priorities
+        loss = (batch.weights * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
+        return loss, {"loss": loss, "td_error": (q - target).detach()}
 
     def _before_step(self) -> None:
         nn.utils.clip_grad_norm_(self.q_net.parameters(), self.config.max_grad_norm, foreach=True)
 
     def _after_step(self, batch: Any, inputs: bool, info: dict[str, Any]) -> dict[str, Any]:
         if "td_error" in info:
-            self.replay_buffer.update_priorities(batch.indexes, info.pop("td_error"))
+            self.replay_buffer.update_priorities(batch.indexes, info["td_error"])
         if inputs:
             self.soft_update(self.q_net_target, self.q_net, self.config.tau)
             self._last_target_update = self.num_timesteps

@@ -7,31 +7,27 @@ the envs' episodes have different lengths and end at different steps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from herl.batched.env import (
-    BatchedGoalEnv,
     BatchedStep,
+    TensorStateEnv,
     check_actions,
     check_goal_shape,
-    load_tensor_state,
     new_generator,
     require_reset,
     reseed,
     resolve_device,
-    tensor_state,
 )
 from herl.errors import POSITIVE_INT, check
 
 _OWNER = "BatchedBitFlipping"
-_STATE = ("state", "goal")
 
 
-class BatchedBitFlipping(BatchedGoalEnv):
+class BatchedBitFlipping(TensorStateEnv):
     """``n_envs`` vectors of ``n_bits`` bits; each action flips one bit, until the state equals the goal.
 
     As :class:`herl.envs.BitFlippingEnv` with its default arguments: each episode starts from uniformly random bits
@@ -52,6 +48,9 @@ class BatchedBitFlipping(BatchedGoalEnv):
             suffice), as BitFlippingEnv's ``max_steps``.
         device: Where the envs' tensors live (``"cpu"``, ``"cuda"``, ...).
     """
+
+    owner = _OWNER
+    state_names = ("state", "goal")
 
     def __init__(self, *, n_envs: int, n_bits: int = 10, max_episode_steps: int | None = None,
                  device: torch.device | str = "cpu") -> None:
@@ -124,19 +123,6 @@ class BatchedBitFlipping(BatchedGoalEnv):
         check_goal_shape(f"{_OWNER}.compute_terminated", achieved_goal, desired_goal, self.n_bits)
         return ((achieved_goal > 0.5) == (desired_goal > 0.5)).all(dim=-1)
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return tensor_state(self, _STATE)
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        load_tensor_state(_OWNER, self, _STATE, state)
-
-    # ----------------------------------------------------------------------------------------------------------------
-    # Inspection
-
-    @property
-    def elapsed_steps(self) -> torch.Tensor:
-        """``(n_envs,)`` int64: steps taken in each env's current episode (0 right after a reset)."""
-        return self._elapsed.clone()
 
     # ----------------------------------------------------------------------------------------------------------------
     # Pieces

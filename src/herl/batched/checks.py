@@ -305,8 +305,7 @@ class _Rollout:
                                    f"a value of shape () equal to env 0's: {hint}")
 
     def _check_episodes(self, step: BatchedStep, where: str) -> None:
-        env, name = self.env, self.name
-        limit = env.max_episode_steps
+        limit = self.env.max_episode_steps
         self.count += 1
         late = (self.count >= limit) & ~step.truncated
         if bool(late.any()):

@@ -20,7 +20,7 @@ what the batched HER buffer and training loop need from such a simulator, and no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import gymnasium
 import torch
@@ -122,25 +122,37 @@ class BatchedGoalEnv:
 # Pieces the envs of this package share
 
 
-def tensor_state(env: Any, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """The :meth:`BatchedGoalEnv.state_dict` of an env of this package: its state tensors ``env._<name>`` for each of
-    ``names``, its elapsed steps, whether it was reset, and its generator."""
-    return {
-        **{name: getattr(env, f"_{name}").clone() for name in names},
-        "elapsed_steps": env._elapsed.clone(),
-        "started": torch.tensor(env._started, device=env.device),
-        "generator": env._generator.get_state(),
-    }
+class TensorStateEnv(BatchedGoalEnv):
+    """Base of this package's envs, whose whole state is tensors: ``self._<name>`` for each of :attr:`state_names`,
+    the steps of each running episode (``self._elapsed``), whether ``reset`` was called (``self._started``) and the
+    random generator (``self._generator``). It gives them :meth:`state_dict`, :meth:`load_state_dict` (checked by
+    :func:`load_state`) and :attr:`elapsed_steps`."""
 
+    owner: ClassVar[str]
+    """The name errors give the env."""
+    state_names: ClassVar[tuple[str, ...]]
+    """The env's state tensors, the keys of its :meth:`state_dict` beside the counters and the generator."""
 
-def load_tensor_state(owner: str, env: Any, names: tuple[str, ...], state: Mapping[str, torch.Tensor]) -> None:
-    """:meth:`BatchedGoalEnv.load_state_dict` for a state from :func:`tensor_state`, checked by :func:`load_state`."""
-    loaded = load_state(owner, state, tensor_state(env, names), env.device)
-    for name in names:
-        setattr(env, f"_{name}", loaded[name])
-    env._elapsed = loaded["elapsed_steps"]
-    env._started = bool(loaded["started"])
-    env._generator.set_state(loaded["generator"])
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            **{name: getattr(self, f"_{name}").clone() for name in self.state_names},
+            "elapsed_steps": self._elapsed.clone(),
+            "started": torch.tensor(self._started, device=self.device),
+            "generator": self._generator.get_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        loaded = load_state(self.owner, state, self.state_dict(), self.device)
+        for name in self.state_names:
+            setattr(self, f"_{name}", loaded[name])
+        self._elapsed = loaded["elapsed_steps"]
+        self._started = bool(loaded["started"])
+        self._generator.set_state(loaded["generator"])
+
+    @property
+    def elapsed_steps(self) -> torch.Tensor:
+        """``(n_envs,)`` int64: steps taken in each env's current episode (0 right after a reset)."""
+        return self._elapsed.clone()
 
 
 def resolve_device(device: torch.device | str) -> torch.device:

@@ -6,31 +6,27 @@ float32 in the same order, so that both give the same numbers to the bit), for t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from herl.batched.env import (
-    BatchedGoalEnv,
     BatchedStep,
+    TensorStateEnv,
     check_actions,
     check_goal_shape,
-    load_tensor_state,
     new_generator,
     require_reset,
     reseed,
     resolve_device,
-    tensor_state,
 )
 from herl.errors import POSITIVE_INT, ConfigError, check, number
 
 _OWNER = "BatchedPointReach"
-_STATE = ("position", "velocity", "goal")
 
 
-class BatchedPointReach(BatchedGoalEnv):
+class BatchedPointReach(TensorStateEnv):
     """``n_envs`` points in ``[-1, 1]^dim``, each moving to within ``distance_threshold`` of its goal.
 
     As :class:`herl.envs.PointReachEnv`: at each reset the position and the goal are drawn uniformly from the box; an
@@ -53,6 +49,9 @@ class BatchedPointReach(BatchedGoalEnv):
         max_episode_steps: Steps before each episode is truncated.
         device: Where the envs' tensors live (``"cpu"``, ``"cuda"``, ...).
     """
+
+    owner = _OWNER
+    state_names = ("position", "velocity", "goal")
 
     def __init__(self, *, n_envs: int, dim: int = 2, max_speed: float = 0.1, distance_threshold: float = 0.05,
                  max_episode_steps: int = 50, device: torch.device | str = "cpu") -> None:
@@ -138,19 +137,6 @@ class BatchedPointReach(BatchedGoalEnv):
         check_goal_shape(f"{_OWNER}.compute_reward", achieved_goal, desired_goal, self.dim)
         return self._success(achieved_goal, desired_goal).to(torch.float32) - 1.0
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return tensor_state(self, _STATE)
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        load_tensor_state(_OWNER, self, _STATE, state)
-
-    # ----------------------------------------------------------------------------------------------------------------
-    # Inspection
-
-    @property
-    def elapsed_steps(self) -> torch.Tensor:
-        """``(n_envs,)`` int64: steps taken in each env's current episode (0 right after a reset)."""
-        return self._elapsed.clone()
 
     # ----------------------------------------------------------------------------------------------------------------
     # Pieces

@@ -8,22 +8,20 @@ puck straight away from it, out to that distance.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from herl.batched.env import (BatchedGoalEnv, BatchedStep, check_actions, check_goal_shape, load_tensor_state,
-                              new_generator, require_reset, reseed, resolve_device, tensor_state)
+from herl.batched.env import (BatchedStep, TensorStateEnv, check_actions, check_goal_shape, new_generator,
+                              require_reset, reseed, resolve_device)
 from herl.errors import POSITIVE_INT, check, number
 
 _OWNER = "BatchedPush"
-_STATE = ("pusher", "puck", "velocity", "goal")
 _EPS = 1e-6
 
 
-class BatchedPush(BatchedGoalEnv):
+class BatchedPush(TensorStateEnv):
     """``n_envs`` pushers in the square ``[-1, 1]^2``, each pushing a puck to within ``distance_threshold`` of its goal.
 
     At each reset the pusher is drawn uniformly from the square, and the puck and the goal from ``[-0.6, 0.6]^2``. An
@@ -46,6 +44,9 @@ class BatchedPush(BatchedGoalEnv):
         max_episode_steps: Steps before each episode is truncated.
         device: Where the envs' tensors live (``"cpu"``, ``"cuda"``, ...).
     """
+
+    owner = _OWNER
+    state_names = ("pusher", "puck", "velocity", "goal")
 
     def __init__(self, *, n_envs: int, max_speed: float = 0.1, contact_radius: float = 0.1,
                  distance_threshold: float = 0.05, max_episode_steps: int = 50,
@@ -122,11 +123,6 @@ class BatchedPush(BatchedGoalEnv):
         check_goal_shape(f"{_OWNER}.compute_reward", achieved_goal, desired_goal, 2)
         return self._success(achieved_goal, desired_goal).to(torch.float32) - 1.0
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return tensor_state(self, _STATE)
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        load_tensor_state(_OWNER, self, _STATE, state)
 
     # ----------------------------------------------------------------------------------------------------------------
     # Pieces

@@ -50,6 +50,13 @@ def is_image_space(space: spaces.Space, *, normalized_image: bool = False) -> bo
     return space.dtype == np.uint8 and bool(np.all(space.low == 0)) and bool(np.all(space.high == 255))
 
 
+def has_images(observation_space: spaces.Space, keys: tuple[str, ...]) -> bool:
+    """Whether an entry the networks read is an image: one of ``keys`` of a Dict space, or the whole space."""
+    if isinstance(observation_space, spaces.Dict):
+        return any(is_image_space(observation_space[k]) for k in keys)
+    return is_image_space(observation_space)
+
+
 def is_channels_first(space: spaces.Box) -> bool:
     """SB3's rule: an image whose first axis is its smallest is channels-first."""
     return int(np.argmin(space.shape)) == 0
@@ -157,15 +164,19 @@ BUILTIN_EXTRACTORS: dict[str, type[nn.Module]] = {
 """The extractors a model file names by their class name alone."""
 
 
+SEEN_EXTRACTORS: dict[str, type[nn.Module]] = {}
+"""The users' extractor classes named in this process, by :func:`extractor_name` (a class defined inside a function
+is in no module, so a model of it loads again only by this)."""
+
+
 def extractor_name(cls: type) -> str:
-    """How a model file names an extractor class: its name for herl's own, ``module:qualname`` for any other."""
+    """How a model file names an extractor class: its name for herl's own, ``module:qualname`` for any other (which
+    :func:`extractor_class` then finds in this process)."""
     if BUILTIN_EXTRACTORS.get(cls.__name__) is cls:
         return cls.__name__
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-SEEN_EXTRACTORS: dict[str, type[nn.Module]] = {}
-"""The users' extractor classes given to a model in this process, by :func:`extractor_name`."""
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    SEEN_EXTRACTORS[name] = cls
+    return name
 
 
 def extractor_class(name: str) -> type[nn.Module]:
@@ -203,10 +214,10 @@ class ExtractorInput:
         entries = {k: observation_space[k] for k in keys} if self.dict_obs else {"obs": observation_space}
         self.parts: list[tuple[str, int, str, Any]] = []  # (key, flat width, how, shape or size)
         out_spaces: dict[str, spaces.Space] = {}
-        self.images = False
+        self.images = has_images(observation_space, keys)
+        """Whether an entry the networks read is an image."""
         for key, space in entries.items():
             image = is_image_space(space)
-            self.images |= image
             if isinstance(space, spaces.Discrete):
                 self.parts.append((key, 1, "onehot", (int(space.n), int(space.start))))
                 out_spaces[key] = space

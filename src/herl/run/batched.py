@@ -56,6 +56,7 @@ from herl.run.train import (
     check_algorithm_fits,
     first_loadable_checkpoint,
     resolved_config,
+    restart_config,
     resumed_config,
 )
 
@@ -406,12 +407,9 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
     with _claim(run_dir):
         remove_partial(run_dir)
         checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:  # stopped before its first checkpoint: the same seed makes the same run from scratch
-            for stale in [*run_dir.glob("events.out.tfevents.*"), run_dir / "progress.csv"]:
-                stale.unlink(missing_ok=True)
-            if timesteps is not None:
-                config = dataclasses.replace(config, timesteps=timesteps)
-            return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval, threads=threads)
+        if checkpoint is None:
+            return _start(restart_config(run_dir, config, timesteps), run_dir, progress=progress, position=position,
+                          on_eval=on_eval, threads=threads)
         config, finished = resumed_config(run_dir, config, checkpoint.step, timesteps)
         if finished is not None:
             return finished

@@ -626,13 +626,9 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
     with _claim(run_dir):
         remove_partial_checkpoints(run_dir)
         checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:  # stopped before its first checkpoint: the same seed makes the same run from scratch
-            for stale in [*run_dir.glob("events.out.tfevents.*"), run_dir / "progress.csv"]:
-                stale.unlink(missing_ok=True)
-            if timesteps is not None:
-                config = dataclasses.replace(config, timesteps=timesteps)
-            return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval,
-                          worker_learner=worker_learner, threads=threads)
+        if checkpoint is None:
+            return _start(restart_config(run_dir, config, timesteps), run_dir, progress=progress, position=position,
+                          on_eval=on_eval, worker_learner=worker_learner, threads=threads)
         config, finished = resumed_config(run_dir, config, checkpoint.step, timesteps)
         if finished is not None:
             return finished
@@ -648,6 +644,14 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
 
 
 OUTGROWN_BUFFER = "the buffer keeps the"
+
+
+def restart_config(run_dir: Path, config: TrainConfig, timesteps: int | None) -> TrainConfig:
+    """A run stopped before its first checkpoint starts again from scratch (its seed makes the same run): its logs
+    go, and ``config`` comes back with ``timesteps`` if given."""
+    for stale in [*run_dir.glob("events.out.tfevents.*"), run_dir / "progress.csv"]:
+        stale.unlink(missing_ok=True)
+    return config if timesteps is None else dataclasses.replace(config, timesteps=timesteps)
 
 
 def resumed_config(run_dir: Path, config: TrainConfig, step: int,

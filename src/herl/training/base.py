@@ -36,9 +36,9 @@ from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
 from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, EnvMismatchError, NonFiniteError, as_integer, check, integer
 from herl.nn.acting import ActingNetwork
-from herl.nn.extractors import ExtractorInput, extractor_class, has_features, is_image_space, make_extractor
+from herl.nn.extractors import ExtractorInput, extractor_class, has_features, has_images, make_extractor
 from herl.nn.mlp import PRECISIONS, resolve_precision, set_precision
-from herl.nn.policies import ObservationEncoder
+from herl.nn.policies import ObservationEncoder, input_keys
 from herl.training.config import AUTO_EXTRACTOR, SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
 from herl.training.logger import Logger
@@ -164,11 +164,10 @@ class OffPolicyAlgorithm:
         self.action_space = action_space
         self.n_envs = self.env.n_envs if self.env is not None else 1
 
-        keys = ObservationEncoder(observation_space, normalize=False).keys
+        keys = input_keys(observation_space)
         self.policy_config = _resolve_extractor(policy, self.policy_config, observation_space, keys)
         self.check_policy_config(self.policy_config)
-        reads_images = self.policy_config.features_extractor is not None and ExtractorInput(
-            observation_space, keys, normalize_images=False).images
+        reads_images = self.policy_config.features_extractor is not None and has_images(observation_space, keys)
         normalize = self.config.normalize_observations
         if normalize is None:
             normalize = is_goal_space(observation_space) and not reads_images
@@ -932,7 +931,7 @@ def _resolve_extractor(policy: str, config: PolicyConfig, observation_space: spa
             raise ValueError("CnnPolicy with policy_kwargs features_extractor_class=None: CnnPolicy reads images with "
                              "a features extractor; use MlpPolicy for flat inputs")
         return config
-    images = isinstance(observation_space, spaces.Dict) and any(is_image_space(observation_space[k]) for k in keys)
+    images = isinstance(observation_space, spaces.Dict) and has_images(observation_space, keys)
     if policy == "CnnPolicy":
         name = "NatureCNN"
     elif policy == "MultiInputPolicy" and (images or config.features_extractor_kwargs):

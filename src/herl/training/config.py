@@ -306,7 +306,6 @@ def _features_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
                 raise TypeError(f"policy_kwargs features_extractor_class must be a torch.nn.Module subclass "
                                 f"(e.g. a subclass of SB3's BaseFeaturesExtractor), got {given!r}")
             name = extractor_name(given)
-            remember_extractor(name, given)
         elif given is None or given == AUTO_EXTRACTOR:
             name = given
         elif isinstance(given, str):
@@ -340,13 +339,6 @@ def _is_json(value: Any) -> bool:
     if isinstance(value, Mapping):
         return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
     return False
-
-
-def remember_extractor(name: str, cls: type) -> None:
-    """Make ``cls`` findable by ``name`` in this process (a class defined inside a function is in no module)."""
-    from herl.nn import extractors
-
-    extractors.SEEN_EXTRACTORS[name] = cls
 
 
 
