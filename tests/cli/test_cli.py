@@ -753,3 +753,23 @@ def test_the_features_extractor_is_a_policy_setting(tmp_path: Path, capsys) -> N
     assert herl("train", "--env", "herl/PointReach-v0", "--timesteps", "300", "--set", "policy.features_extractor=Nope",
                 "--progress", "off", "--run-dir", tmp_path / "c") == 2
     assert "herl's own are ['CombinedExtractor', 'FlattenExtractor', 'NatureCNN']" in capsys.readouterr().err
+
+
+def test_a_run_with_a_features_extractor_resumes_exactly(tmp_path: Path) -> None:
+    """HER on image goals (CombinedExtractor, sized by policy.features_extractor_kwargs): a run resumed from its
+    checkpoint ends with the weights and counters of the run never stopped."""
+    args = ["--env", "herl/BitFlipping-v0", "--set", "env.image_obs_space=true", "--set", "env.n_bits=4",
+            "--set", "policy.features_extractor_kwargs={cnn_output_dim = 8}", "--set", "policy.net_arch=[16]",
+            "--set", "learning_starts=50", "--set", "batch_size=16", "--set", "checkpoint.freq=100",
+            "--set", "eval.freq=100", "--set", "eval.episodes=2", "--set", "exploration_fraction=0", "--progress", "off"]
+    assert herl("train", *args, "--timesteps", "300", "--run-dir", tmp_path / "whole") == 0
+    assert herl("train", *args, "--timesteps", "150", "--run-dir", tmp_path / "parts") == 0
+    assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "300", "--progress", "off") == 0
+    whole = OffPolicyAlgorithm.load(tmp_path / "whole" / "seed_0" / "model.zip")
+    resumed = OffPolicyAlgorithm.load(tmp_path / "parts" / "seed_0" / "model.zip")
+    assert whole.policy_config.features_extractor == "CombinedExtractor"
+    assert (whole.num_timesteps, whole._n_updates) == (resumed.num_timesteps, resumed._n_updates) == (300, whole._n_updates)
+    for name, state in whole.get_parameters().items():
+        if not name.endswith(".optimizer"):
+            for key, tensor in state.items():
+                assert torch.equal(tensor, resumed.get_parameters()[name][key]), f"{name}.{key}"
