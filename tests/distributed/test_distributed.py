@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,13 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
     yield ray
     ray.shutdown()
+
+
+def _herl_stderr(capsys: pytest.CaptureFixture) -> str:
+    """What herl wrote to stderr, without the lines Ray forwards from the module's worker processes (a worker of an
+    earlier test's trial may print as it exits, at any time: ``(run_trial pid=N) ...``)."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    return "\n".join(line for line in lines if not re.match(r"^(\x1b\[\d+m)?\(\w+ pid=\d+", line))
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -295,7 +303,7 @@ def test_a_crafted_sweep_folder_is_refused_before_anything_runs(seed_sweep: Path
     _plant_pickles(crafted, marker)
     # the env's module would run its code when imported: refused without a terminal to ask, unless --env names it
     assert herl("sweep", "--resume", crafted) == 2
-    err = capsys.readouterr().err.strip()
+    err = _herl_stderr(capsys)
     assert len(err.splitlines()) == 1 and err.startswith("herl sweep: error: ")
     assert "imports the Python module 'evilmod'" in err and "--env evilmod:Evil-v0" in err
     assert "evilmod" not in sys.modules
@@ -306,7 +314,7 @@ def test_a_crafted_sweep_folder_is_refused_before_anything_runs(seed_sweep: Path
                                         "resumed_from": 0}]}
     (crafted / "trials.json").write_text(json.dumps(trials))
     assert herl("sweep", "--resume", crafted) == 2
-    err = capsys.readouterr().err.strip()
+    err = _herl_stderr(capsys)
     assert len(err.splitlines()) == 1 and "trials.json is damaged" in err and "is not a trial folder name" in err
 
     # a search begun by an older herl, whose trials only Tune's pickles recorded
@@ -315,7 +323,7 @@ def test_a_crafted_sweep_folder_is_refused_before_anything_runs(seed_sweep: Path
     (crafted / "trials.json").unlink()
     (crafted / "runs" / "trial_4f2a1_00000").mkdir(parents=True)
     assert herl("sweep", "--resume", crafted) == 2
-    err = capsys.readouterr().err.strip()
+    err = _herl_stderr(capsys)
     assert len(err.splitlines()) == 1 and "has no trials.json" in err and "herl train --resume" in err
     assert not marker.exists()
 
