@@ -18,6 +18,7 @@ Usage::
     python benchmarks/fetch_tqc.py curve --lib sb3 --steps 100000 --out runs/push_sb3.csv
     python benchmarks/fetch_tqc.py speed --steps 2000 --repeats 3
     python benchmarks/fetch_tqc.py speed --net-arch 512 512 512 --batch-size 2048 --steps 40 --warmup 10  # the zoo's recipe
+    python benchmarks/fetch_tqc.py speed --device cuda --variants herl-float32 herl-float32-compiled  # eager vs compiled
     python benchmarks/fetch_tqc.py plot runs/push_herl.csv runs/push_sb3.csv --out docs/images/push_side_by_side.png
 """
 
@@ -41,7 +42,7 @@ def recipe(args: argparse.Namespace) -> dict:
     """The hyperparameters both libraries get (sb3-contrib's names)."""
     return dict(learning_rate=args.lr, buffer_size=1_000_000, learning_starts=args.learning_starts,
                 batch_size=args.batch_size, tau=args.tau, gamma=args.gamma, train_freq=1,
-                gradient_steps=args.gradient_steps, top_quantiles_to_drop_per_net=2,
+                gradient_steps=args.gradient_steps * getattr(args, "n_envs", 1), top_quantiles_to_drop_per_net=2,
                 policy_kwargs=dict(net_arch=list(args.net_arch), n_critics=2, n_quantiles=25))
 
 
@@ -79,12 +80,13 @@ def make_model(lib: str, env: gym.Env, seed: int, args: argparse.Namespace):
 
         extra = dict(normalize_observations=args.normalize, clip_target=args.clip_target, squash_eps=args.squash_eps)
         kwargs["policy_kwargs"]["precision"] = args.precision
-        return TQC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=seed, device="cpu",
+        return TQC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=seed, device=args.device,
+                   compile=getattr(args, "compile", False),
                    replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"), **kwargs, **extra)
     from sb3_contrib import TQC
     from stable_baselines3 import HerReplayBuffer
 
-    return TQC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=seed, device="cpu",
+    return TQC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=seed, device=args.device,
                replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"), **kwargs)
 
 
@@ -145,21 +147,37 @@ def curve(args: argparse.Namespace) -> None:
         done += chunk
 
 
+def speed_env(args: argparse.Namespace):
+    """One env, or ``--n-envs`` of them stepping in their own processes (gymnasium's AsyncVectorEnv)."""
+    if args.n_envs == 1:
+        return make_env(args.env)
+    return gym.vector.AsyncVectorEnv([lambda: make_env(args.env)] * args.n_envs, context="spawn",
+                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+SPEED_VARIANTS = {"herl-float32": ("herl", "float32", False), "herl-bfloat16": ("herl", "bfloat16", False),
+                  "herl-float32-compiled": ("herl", "float32", True), "herl-bfloat16-compiled": ("herl", "bfloat16", True),
+                  "sb3-contrib": ("sb3", "float32", False)}
+
+
 def speed(args: argparse.Namespace) -> None:
-    """herl in float32 and in mixed bfloat16 precision, and sb3-contrib, taking turns in this one process."""
-    variants = {"herl float32": ("herl", "float32"), "herl bfloat16": ("herl", "bfloat16"), "sb3-contrib": ("sb3", "float32")}
+    """The chosen variants (by default herl in float32 and in mixed bfloat16 precision, and sb3-contrib) taking turns in
+    this one process. A compiled variant pays its compile time in the warm-up, outside the timed steps."""
+    variants = {name: SPEED_VARIANTS[name] for name in args.variants}
     rates: dict[str, list[float]] = {name: [] for name in variants}
     for rep in range(args.repeats):
-        for name, (lib, precision) in variants.items():
-            model = make_model(lib, make_env(args.env), 0, argparse.Namespace(**{**vars(args), "precision": precision}))
+        for name, (lib, precision, compiled) in variants.items():
+            settings = argparse.Namespace(**{**vars(args), "precision": precision, "compile": compiled})
+            model = make_model(lib, speed_env(args), 0, settings)
             model.learn(args.learning_starts + args.warmup)
             start = time.perf_counter()
             model.learn(args.steps, reset_num_timesteps=False)
             rates[name].append(args.steps / (time.perf_counter() - start))
             print(f"[{rep}] {name}: {rates[name][-1]:.1f} env steps/s while learning", flush=True)
     medians = {name: float(np.median(r)) for name, r in rates.items()}
-    peer = medians["sb3-contrib"]
-    print("median: " + ", ".join(f"{name} {rate:.1f} steps/s ({rate / peer:.2f}x)" for name, rate in medians.items()))
+    base = next(iter(medians))
+    print(f"median (ratio to {base}): " + ", ".join(f"{name} {rate:.1f} steps/s ({rate / medians[base]:.2f}x)"
+                                                   for name, rate in medians.items()))
 
 
 def plot(args: argparse.Namespace) -> None:
@@ -212,6 +230,11 @@ def main() -> None:
     parser.add_argument("--tau", type=float, default=0.05)
     parser.add_argument("--gradient-steps", type=int, default=1)
     parser.add_argument("--learning-starts", type=int, default=1000)
+    parser.add_argument("--device", default="cpu", help="both libraries' device (cpu, cuda)")
+    parser.add_argument("--n-envs", type=int, default=1,
+                        help="speed: envs stepped at once, in their own processes; gradient steps per collect grow with them")
+    parser.add_argument("--variants", nargs="+", choices=sorted(SPEED_VARIANTS), default=["sb3-contrib", "herl-float32", "herl-bfloat16"],
+                        help="speed: what takes turns; ratios are to the first")
     # herl only: sb3-contrib has neither
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--clip-target", action=argparse.BooleanOptionalAction, default=False)

@@ -9,8 +9,11 @@
 #   4. batched goal envs on the device (herl.batched): env steps per minute end to end, SAC + HER on
 #      BatchedPointReach at 16,384 envs;
 #   5. the compiled update on CUDA (compile=True: CUDA graphs): its test against the eager update for TQC with HER,
-#      then its time per update against the eager one's for TQC at the zoo's size ([512]*3, batch 2048) and at
-#      [256, 256], batch 256 (benchmarks/compiled_update.py).
+#      then its time per update against the eager one's for TQC at the zoo's size ([512]*3, batch 2048)
+#      (benchmarks/compiled_update.py), and env steps/s while learning with the zoo's recipe on
+#      FetchPush, eager against compiled, with one env and with 8 envs in their own processes (benchmarks/fetch_tqc.py).
+#
+# The checks of correctness (1, 2 and 5's test) run at once; the timed parts then run one at a time, alone.
 #
 # Usage, from the repository root: bash benchmarks/gpu_check.sh [OUT_DIR]   (default $OUT, else /tmp/gpu_check)
 # It prints one PASS/FAIL line per part and writes the log to OUT_DIR/gpu_check.log; record the result with the
@@ -33,46 +36,58 @@ if ! "$PY" -c "import gymnasium, gymnasium_robotics, mujoco" 2>/dev/null && ls .
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-status=0
-part() {  # part NAME COMMAND...: run it, log it, print PASS or FAIL with its time
-    local name=$1 start=$SECONDS rc
+failed="$OUT_DIR/failed"
+rm -f "$failed"
+part() {  # part NAME COMMAND...: run it, log it (as one block), print PASS or FAIL with its time
+    local name=$1 start=$SECONDS rc tmp
     shift
-    echo "== $name: $*" >>"$LOG"
-    "$@" >>"$LOG" 2>&1
+    tmp=$(mktemp)
+    "$@" >"$tmp" 2>&1
     rc=$?
+    { echo "== $name: $*"; cat "$tmp"; } >>"$LOG"
+    rm -f "$tmp"
+    [ $rc -eq 0 ] || echo "$name" >>"$failed"
     printf '%s %s (%ds)\n' "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$name" $((SECONDS - start)) | tee -a "$LOG"
-    [ $rc -eq 0 ] || status=1
 }
 
 : >"$LOG"
 "$PY" -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" | tee -a "$LOG"
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA here'" || exit 2
+XDIST=()
+"$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 4)
+PYTEST=("$PY" -m pytest -q -p no:warnings -p no:cacheprovider -o addopts="")
 
+# correctness, at once
 # 1. every test that needs CUDA (they skip elsewhere), and the round-trip matrix's CUDA half
-part "cuda tests" timeout 300 "$PY" -m pytest -q -p no:warnings -p no:cacheprovider -o addopts="" \
+part "cuda tests" timeout 240 "${PYTEST[@]}" "${XDIST[@]}" \
     tests/io/test_round_trip_matrix.py tests/buffers/test_storage_device.py tests/buffers/test_her_sampling.py \
-    tests/nn/test_precision.py tests/batched -k "cuda or CUDA"
-
+    tests/nn/test_precision.py tests/batched -k "cuda or CUDA" &
 # 2. a CUDA run killed after a checkpoint and resumed, against the same run never interrupted
-part "cli resume on cuda" timeout 240 "$PY" benchmarks/gpu_resume_check.py "$OUT_DIR/resume"
+part "cli resume on cuda" timeout 200 "$PY" benchmarks/gpu_resume_check.py "$OUT_DIR/resume" &
+# 5a. the compiled update (CUDA graphs) equals the eager one on CUDA: goal envs with HER, and images
+part "compiled update test" timeout 200 "${PYTEST[@]}" "${XDIST[@]/4/3}" tests/algorithms/test_compiled_update.py \
+    -k "TQC-her or DQN-her or SAC-images" &
+wait
 
-# 3. the fetch_push preset's first 3,000 decisions on CUDA
-start=$SECONDS
-part "fetch_push 3000 decisions" timeout 300 "$PY" -m herl train --env FetchPush-v4 --device cuda --timesteps 3000 \
-    --set eval.freq=100000 --set checkpoint.freq=100000 --progress off --run-dir "$OUT_DIR/push"
-echo "fetch_push: 3000 decisions in $((SECONDS - start)) s including start-up" | tee -a "$LOG"
-
+# timings, one at a time
+# 5b. the zoo's recipe on FetchPush-v4, eager against compiled (compile time paid in the warm-up, untimed)
+part "zoo recipe, 1 env" timeout 150 "$PY" benchmarks/fetch_tqc.py speed --device cuda --net-arch 512 512 512 \
+    --batch-size 2048 --steps 300 --warmup 30 --repeats 1 --variants herl-float32 herl-float32-compiled
+part "zoo recipe, 8 envs" timeout 150 "$PY" benchmarks/fetch_tqc.py speed --device cuda --net-arch 512 512 512 \
+    --batch-size 2048 --steps 800 --warmup 80 --repeats 1 --n-envs 8 --variants herl-float32 herl-float32-compiled
+grep "^median" "$LOG"
 # 4. batched envs, buffer and updates on the device: env steps per minute end to end
-part "batched throughput" timeout 120 "$PY" benchmarks/batched_throughput.py --device cuda --n-envs 16384 \
+part "batched throughput" timeout 100 "$PY" benchmarks/batched_throughput.py --device cuda --n-envs 16384 \
     --steps 1000000 --warmup 200000 --batch-size 4096 --updates-per-step 0.001
 grep -A4 "^| n_envs" "$LOG" | tail -n +3
-
-# 5. the compiled update on CUDA: equal to the eager one, and how fast
-part "compiled update test" timeout 150 "$PY" -m pytest -q -p no:warnings -p no:cacheprovider -o addopts="" \
-    tests/algorithms/test_compiled_update.py -k "TQC-her"
-part "compiled update speed, zoo size" timeout 120 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
-    --net 512 512 512 --batch 2048 --precision float32 bfloat16 --updates 100 --rounds 3
-part "compiled update speed, [256, 256]" timeout 90 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
-    --net 256 256 --batch 256 --precision float32 --updates 200 --rounds 3
-grep "^| float32\|^| bfloat16" "$LOG" | tail -n 3
-exit $status
+# 5c. the compiled update's time per step against the eager one's
+part "compiled update speed, zoo size" timeout 100 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
+    --net 512 512 512 --batch 2048 --precision float32 --updates 100 --rounds 3
+grep "^| float32" "$LOG" | tail -n 1
+# 3. the fetch_push preset's first 3,000 decisions on CUDA
+start=$SECONDS
+part "fetch_push 3000 decisions" timeout 120 "$PY" -m herl train --env FetchPush-v4 --device cuda --timesteps 3000 \
+    --set eval.freq=100000 --set checkpoint.freq=100000 --progress off --run-dir "$OUT_DIR/push"
+echo "fetch_push: 3000 decisions in $((SECONDS - start)) s including start-up" | tee -a "$LOG"
+echo "total $SECONDS s" | tee -a "$LOG"
+[ ! -s "$failed" ]
