@@ -82,7 +82,8 @@ def make_model(lib: str, env: gym.Env, seed: int, args: argparse.Namespace):
         kwargs["policy_kwargs"]["precision"] = args.precision
         return TQC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, seed=seed, device=args.device,
                    compile=getattr(args, "compile", False),
-                   replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"), **kwargs, **extra)
+                   replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future",
+                                             storage_device=getattr(args, "storage_device", None)), **kwargs, **extra)
     from sb3_contrib import TQC
     from stable_baselines3 import HerReplayBuffer
 
@@ -231,6 +232,7 @@ def main() -> None:
     parser.add_argument("--gradient-steps", type=int, default=1)
     parser.add_argument("--learning-starts", type=int, default=1000)
     parser.add_argument("--device", default="cpu", help="both libraries' device (cpu, cuda)")
+    parser.add_argument("--storage-device", default=None, help="herl: where the replay buffer keeps its data (cuda: HER sampling on the GPU)")
     parser.add_argument("--n-envs", type=int, default=1,
                         help="speed: envs stepped at once, in their own processes; gradient steps per collect grow with them")
     parser.add_argument("--variants", nargs="+", choices=sorted(SPEED_VARIANTS), default=["sb3-contrib", "herl-float32", "herl-bfloat16"],
