@@ -3,7 +3,7 @@
 # of a compiled run goes, and which settings raise env steps/s while learning. Each line prints its own table or
 # median; compile time is paid in each run's warm-up, outside the timed steps.
 #
-# Usage, from the repository root on a CUDA machine: bash benchmarks/gpu_zoo_speed.sh   (about 4 minutes on an H100;
+# Usage, from the repository root on a CUDA machine: bash benchmarks/gpu_zoo_speed.sh   (about 5 minutes on an H100;
 # a machine without gymnasium-robotics takes it from .whl/ as in benchmarks/gpu_check.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,8 @@ fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 ZOO=(--device cuda --net-arch 512 512 512 --batch-size 2048 --warmup 80 --repeats 1)
 run() { echo "== $*"; timeout 150 "$PY" "$@" 2>&1 | grep -v "AdroitHand\|^# torch"; }
+# where an env step's time goes: host time per part of the loop, GPU busy time and top kernels (compiled, 16 envs)
+(cd benchmarks && run step_profile.py --device cuda --compile --n-envs 16 --steps 1600)
 # the update alone, eager against compiled, in float32 and with bfloat16 hidden layers
 run benchmarks/compiled_update.py --device cuda --algo tqc --net 512 512 512 --batch 2048 --precision float32 bfloat16 \
     --updates 100 --rounds 3
