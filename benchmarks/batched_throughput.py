@@ -1,6 +1,7 @@
 """Env steps per minute end to end on batched device-resident goal envs: collection, HER storage and sampling, and
-the updates, with herl.batched.BatchedTrainer (SAC + HER future k=4 on BatchedPointReach), and the time split between
-the three; then the time of one env step, one ``add`` and one ``sample`` alone.
+the updates, with herl.batched.BatchedTrainer (SAC + HER future k=4 on BatchedPointReach, or ``--env`` another batched
+env id, e.g. herl/MJXPush-v0), and the time split between the three; then the time of one env step, one ``add`` and
+one ``sample`` alone.
 
 Each configuration trains ``--warmup`` env steps first (learning_starts inside it), then ``--steps`` more are timed.
 The split comes from a second pass of the same length that times collection (env step + acting + add) and
@@ -22,7 +23,8 @@ import numpy as np
 import torch
 
 import herl
-from herl.batched import BatchedPointReach, BatchedTrainer
+from herl.batched import BatchedTrainer
+from herl.batched.registry import make_batched_env
 
 
 def sync(device: torch.device) -> None:
@@ -31,7 +33,7 @@ def sync(device: torch.device) -> None:
 
 
 def build(n_envs: int, args: argparse.Namespace) -> BatchedTrainer:
-    env = BatchedPointReach(n_envs=n_envs, device=args.device)
+    env = make_batched_env(args.env, n_envs, args.device)
     model = herl.SAC("MultiInputPolicy", observation_space=env.single_observation_space,
                      action_space=env.single_action_space, batch_size=args.batch_size,
                      learning_starts=min(args.warmup // 2, 100_000), buffer_size=args.buffer_size, seed=0,
@@ -41,6 +43,7 @@ def build(n_envs: int, args: argparse.Namespace) -> BatchedTrainer:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="herl/BatchedPointReach-v0", help="a batched env id")
     parser.add_argument("--n-envs", type=int, nargs="+", default=[256, 1024, 4096])
     parser.add_argument("--steps", type=int, default=400_000, help="timed env steps (all envs together)")
     parser.add_argument("--warmup", type=int, default=100_000)
@@ -55,7 +58,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"device {device}; SAC [{', '.join(map(str, args.net_arch))}], batch {args.batch_size}, "
+          f"device {device}; {args.env}; SAC [{', '.join(map(str, args.net_arch))}], batch {args.batch_size}, "
           f"{args.updates_per_step:g} updates per env step, HER future k=4")
     print("| n_envs | env steps/min | updates/s | collect share | update share |")
     print("|---|---|---|---|---|")

@@ -16,6 +16,7 @@ import torch
 
 from herl.batched.bit_flipping import BatchedBitFlipping
 from herl.batched.env import BatchedGoalEnv
+from herl.batched.mjx_push import MJXPush
 from herl.batched.point_reach import BatchedPointReach
 from herl.batched.push import BatchedPush
 
@@ -23,6 +24,7 @@ BATCHED_ENVS: dict[str, type[BatchedGoalEnv]] = {
     "herl/BatchedPointReach-v0": BatchedPointReach,
     "herl/BatchedBitFlipping-v0": BatchedBitFlipping,
     "herl/BatchedPush-v0": BatchedPush,
+    "herl/MJXPush-v0": MJXPush,
 }
 """Each batched env id and its class."""
 
