@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# MJXPush on one GPU (herl/MJXPush-v0: a cube pushed over a table in MuJoCo MJX, every env one MJX simulation):
+#   1. env steps per minute end to end (MJX steps, HER on the device, updates) at 4,096 envs;
+#   2. the mjx_push preset (256 envs, 1/8 update per env step), seeds 0-2 at once: when each passed 0.9 success;
+#   3. 2,048 envs with 1/32 update per env step at batch 2,048, seed 0: when it passed 0.9.
+# Prints one line per run with the first evaluation at >= 0.9 (env steps, seconds). About 8 minutes on an H100.
+#
+# Usage, from the repository root: bash benchmarks/gpu_mjx.sh [OUT_DIR]   (default $OUT, else /tmp/gpu_mjx)
+# Needs mujoco, mujoco-mjx and trimesh; a machine without them takes them from .whl/ (benchmarks/gpu_check.sh says how
+# to make it; add mujoco-mjx==<mujoco's version> and trimesh).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:-${OUT:-/tmp/gpu_mjx}}
+mkdir -p "$OUT_DIR"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 MUJOCO_GL=disable PYTHONWARNINGS=ignore
+if ! "$PY" -c "import mujoco.mjx, gymnasium" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+first_09() {  # first_09 RUN_DIR...: the first evaluation of each seed at >= 0.9 success
+    "$PY" - "$@" <<'PYEOF'
+import csv, sys
+from pathlib import Path
+for run in sys.argv[1:]:
+    for progress in sorted(Path(run).glob("seed_*/progress.csv")):
+        rows = [r for r in csv.DictReader(progress.open()) if r.get("eval/success_rate")]
+        hit = next((r for r in rows if float(r["eval/success_rate"]) >= 0.9), None)
+        curve = " ".join(f"{int(float(r['time/total_timesteps'])) // 1000}k:{float(r['eval/success_rate']):.2f}" for r in rows)
+        when = (f"0.9 at {int(float(hit['time/total_timesteps'])):,} env steps, {float(hit['time/wall_time']):.0f} s"
+                if hit else "never 0.9")
+        print(f"{progress.parent}: {when}; {curve}")
+PYEOF
+}
+echo "== throughput"
+timeout 150 "$PY" benchmarks/batched_throughput.py --env herl/MJXPush-v0 --device cuda --n-envs 4096 --steps 2000000 \
+    --warmup 400000 --batch-size 2048 --updates-per-step 0.004 2>&1 | grep -v "^Failed to import"
+echo "== preset, seeds 0-2 at once"
+timeout 240 "$PY" -m herl train --env herl/MJXPush-v0 --device cuda --seed 0 1 2 --jobs 3 --timesteps 204800 \
+    --progress off --run-dir "$OUT_DIR/preset" 2>&1 | grep -v "^Failed to import" | tail -6
+first_09 "$OUT_DIR/preset"
+echo "== 2,048 envs"
+timeout 150 "$PY" -m herl train --env herl/MJXPush-v0 --device cuda --n-envs 2048 --seed 0 --timesteps 1024000 \
+    --set batched.updates_per_step=0.03125 --set batch_size=2048 --set learning_starts=40960 --set eval.freq=102400 \
+    --progress off --run-dir "$OUT_DIR/wide" 2>&1 | grep -v "^Failed to import" | tail -4
+first_09 "$OUT_DIR/wide"
+echo "total $SECONDS s"
