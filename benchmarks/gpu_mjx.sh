@@ -19,30 +19,16 @@ if ! "$PY" -c "import mujoco.mjx, gymnasium" 2>/dev/null && ls .whl/*.whl >/dev/
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-first_09() {  # first_09 RUN_DIR...: the first evaluation of each seed at >= 0.9 success
-    "$PY" - "$@" <<'PYEOF'
-import csv, sys
-from pathlib import Path
-for run in sys.argv[1:]:
-    for progress in sorted(Path(run).glob("seed_*/progress.csv")):
-        rows = [r for r in csv.DictReader(progress.open()) if r.get("eval/success_rate")]
-        hit = next((r for r in rows if float(r["eval/success_rate"]) >= 0.9), None)
-        curve = " ".join(f"{int(float(r['time/total_timesteps'])) // 1000}k:{float(r['eval/success_rate']):.2f}" for r in rows)
-        when = (f"0.9 at {int(float(hit['time/total_timesteps'])):,} env steps, {float(hit['time/wall_time']):.0f} s"
-                if hit else "never 0.9")
-        print(f"{progress.parent}: {when}; {curve}")
-PYEOF
-}
 echo "== throughput"
 timeout 150 "$PY" benchmarks/batched_throughput.py --env herl/MJXPush-v0 --device cuda --n-envs 4096 --steps 2000000 \
     --warmup 400000 --batch-size 2048 --updates-per-step 0.004 2>&1 | grep -v "^Failed to import"
 echo "== preset, seeds 0-2 at once"
 timeout 240 "$PY" -m herl train --env herl/MJXPush-v0 --device cuda --seed 0 1 2 --jobs 3 --timesteps 204800 \
     --progress off --run-dir "$OUT_DIR/preset" 2>&1 | grep -v "^Failed to import" | tail -6
-first_09 "$OUT_DIR/preset"
+"$PY" benchmarks/first_success.py "$OUT_DIR/preset"
 echo "== 2,048 envs"
 timeout 150 "$PY" -m herl train --env herl/MJXPush-v0 --device cuda --n-envs 2048 --seed 0 --timesteps 1024000 \
     --set batched.updates_per_step=0.03125 --set batch_size=2048 --set learning_starts=40960 --set eval.freq=102400 \
     --progress off --run-dir "$OUT_DIR/wide" 2>&1 | grep -v "^Failed to import" | tail -4
-first_09 "$OUT_DIR/wide"
+"$PY" benchmarks/first_success.py "$OUT_DIR/wide"
 echo "total $SECONDS s"
