@@ -88,3 +88,13 @@ def test_herl_train_runs_it_with_its_preset(tmp_path):
     config = json.loads((tmp_path / "run" / "seed_0" / "config.json").read_text())
     assert config["preset"] == "mjx_push" and config["batched"]["updates_per_step"] == 0.125
     assert (tmp_path / "run" / "seed_0" / "model.zip").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_keeps_the_interface_on_cuda_with_every_tensor_there():
+    env = MJXPush(n_envs=8, max_episode_steps=12, device="cuda")
+    check_batched_goal_env(env, steps=30)
+    obs = env.reset(seed=1)
+    step = env.step(torch.zeros(8, 2, device="cuda"))
+    for tensor in (*obs.values(), *step.final_obs.values(), step.reward, step.truncated):
+        assert tensor.device.type == "cuda"
