@@ -19,23 +19,14 @@
 # It prints one PASS/FAIL line per part and writes the log to OUT_DIR/gpu_check.log; record the result with the
 # date in docs/benchmarks.md ("GPU check").
 #
-# A machine whose Python lacks gymnasium, gymnasium-robotics or mujoco takes them as wheels from .whl/ (made where
-# pip can reach the package index, for that machine's Python, e.g. 3.12):
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-#     gymnasium==1.4.0 farama-notifications==0.0.6 gymnasium-robotics==1.4.2 mujoco==3.11.0 pettingzoo glfw pyopengl
+# A machine whose Python lacks gymnasium, gymnasium-robotics or mujoco takes them as wheels from .whl/
+# (benchmarks/gpu_env.sh says how to make them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-/tmp/gpu_check}}
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/gpu_check.log"
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 MUJOCO_GL=disable  # no rendering here; EGL may be absent
-if ! "$PY" -c "import gymnasium, gymnasium_robotics, mujoco" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+source benchmarks/gpu_env.sh
 failed="$OUT_DIR/failed"
 rm -f "$failed"
 part() {  # part NAME COMMAND...: run it, log it (as one block), print PASS or FAIL with its time

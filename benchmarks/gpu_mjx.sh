@@ -6,19 +6,14 @@
 # Prints one line per run with the first evaluation at >= 0.9 (env steps, seconds). About 8 minutes on an H100.
 #
 # Usage, from the repository root: bash benchmarks/gpu_mjx.sh [OUT_DIR]   (default $OUT, else /tmp/gpu_mjx)
-# Needs mujoco, mujoco-mjx and trimesh; a machine without them takes them from .whl/ (benchmarks/gpu_check.sh says how
-# to make it; add mujoco-mjx==<mujoco's version> and trimesh).
+# Needs mujoco, mujoco-mjx and trimesh; a machine without them takes them from .whl/ (benchmarks/gpu_env.sh says how
+# to make them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-/tmp/gpu_mjx}}
 mkdir -p "$OUT_DIR"
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 MUJOCO_GL=disable PYTHONWARNINGS=ignore
-if ! "$PY" -c "import mujoco.mjx, gymnasium" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+GPU_NEEDS="mujoco.mjx, gymnasium" source benchmarks/gpu_env.sh
+export PYTHONWARNINGS=ignore
 echo "== throughput"
 timeout 150 "$PY" benchmarks/batched_throughput.py --env herl/MJXPush-v0 --device cuda --n-envs 4096 --steps 2000000 \
     --warmup 400000 --batch-size 2048 --updates-per-step 0.004 2>&1 | grep -v "^Failed to import"

@@ -6,18 +6,13 @@
 # About 6 minutes on an H100 box of 16 cores, if the aim (0.9 by 150k env steps within 5 minutes) holds.
 #
 # Usage, from the repository root: bash benchmarks/gpu_push_recipe.sh [OUT_DIR]   (default $OUT, else /tmp/gpu_push)
-# A machine without gymnasium-robotics takes it from .whl/ (benchmarks/gpu_check.sh says how to make it).
+# A machine without gymnasium-robotics takes it from .whl/ (benchmarks/gpu_env.sh says how to make it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-/tmp/gpu_push}}
 mkdir -p "$OUT_DIR"
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 MUJOCO_GL=disable PYTHONWARNINGS=ignore
-if ! "$PY" -c "import gymnasium, gymnasium_robotics, mujoco" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+source benchmarks/gpu_env.sh
+export PYTHONWARNINGS=ignore
 timeout 420 "$PY" -m herl train --env FetchPush-v4 --device cuda --seed 0 1 2 --jobs 3 --threads 1 --timesteps 50000 \
     --n-envs 4 --set vector_env=async --set gradient_steps=-1 --set compile=true --progress off \
     --run-dir "$OUT_DIR/push" 2>&1 | grep -v "AdroitHand" | tail -8

@@ -4,16 +4,11 @@
 # median; compile time is paid in each run's warm-up, outside the timed steps.
 #
 # Usage, from the repository root on a CUDA machine: bash benchmarks/gpu_zoo_speed.sh   (about 5 minutes on an H100;
-# a machine without gymnasium-robotics takes it from .whl/ as in benchmarks/gpu_check.sh)
+# a machine without gymnasium-robotics takes it from .whl/ as benchmarks/gpu_env.sh says)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 MUJOCO_GL=disable PYTHONWARNINGS=ignore
-if ! "$PY" -c "import gymnasium, gymnasium_robotics, mujoco" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+source benchmarks/gpu_env.sh
+export PYTHONWARNINGS=ignore
 ZOO=(--device cuda --net-arch 512 512 512 --batch-size 2048 --warmup 80 --repeats 1)
 run() { echo "== $*"; timeout 150 "$PY" "$@" 2>&1 | grep -v "AdroitHand\|^# torch"; }
 # where an env step's time goes: host time per part of the loop, GPU busy time and top kernels (compiled, 16 envs)

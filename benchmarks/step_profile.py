@@ -12,12 +12,13 @@ sampled batch, reading the actions) shows that wait as its own time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections import defaultdict
 
 import torch
 
-from fetch_tqc import make_model, recipe, speed_env  # noqa: F401  (recipe: the shared hyperparameters)
+from fetch_tqc import make_model, speed_env
 
 
 def timed(totals: dict[str, float], name: str, fn):
@@ -63,7 +64,7 @@ def main() -> None:
     if cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()
-    with torch.profiler.profile(activities=activities) if cuda else _nothing() as prof:
+    with torch.profiler.profile(activities=activities) if cuda else contextlib.nullcontext() as prof:
         model.learn(args.steps, reset_num_timesteps=False)
         if cuda:
             torch.cuda.synchronize()
@@ -81,14 +82,6 @@ def main() -> None:
         busy = sum(getattr(e, "self_device_time_total", 0) for e in events) / 1e6
         print(f"GPU busy {busy:.2f} s of {wall:.2f} s ({busy / wall:.0%}); {busy * per_step:.3f} ms per env step")
         print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=args.kernels, max_name_column_width=60))
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":

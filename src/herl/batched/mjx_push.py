@@ -205,7 +205,7 @@ class MJXPush(TensorStateEnv):
         return self._success(achieved_goal, desired_goal).to(torch.float32) - 1.0
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The arrays of every env's MJX simulation state (``data.qpos``, ``data.contact.dist``, ...) beside the goals,
+        """The arrays of every env's MJX simulation state (``data.qpos``, ``data.qvel``, ...) beside the goals,
         the step counters and the generator."""
         leaves = self._jax.tree_util.tree_leaves(self._data)
         return {**{f"data.{name}": torch.from_dlpack(leaf).clone() for name, leaf in zip(self._leaf_names, leaves)},
@@ -240,9 +240,7 @@ class MJXPush(TensorStateEnv):
 
     def _success(self, achieved_goal: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
         difference = achieved_goal.to(torch.float32) - desired_goal.to(torch.float32)
-        squared = (difference[..., 0] * difference[..., 0] + difference[..., 1] * difference[..., 1]
-                   + difference[..., 2] * difference[..., 2])
-        return squared <= self.distance_threshold * self.distance_threshold
+        return difference.square().sum(dim=-1) <= self.distance_threshold * self.distance_threshold
 
 
 @functools.cache
@@ -283,8 +281,4 @@ def _simulation(n_envs: int, device: Any) -> tuple[Any, Any]:
 
 def _leaf_name(path: tuple[Any, ...]) -> str:
     """``qpos``, ``contact.dist``, ...: a data leaf's path as dotted attribute names."""
-    parts = []
-    for key in path:
-        name = getattr(key, "name", None) or getattr(key, "key", None) or getattr(key, "idx", None)
-        parts.append(str(name))
-    return ".".join(parts)
+    return ".".join(str(next(getattr(key, a) for a in ("name", "key", "idx") if hasattr(key, a))) for key in path)

@@ -8,7 +8,6 @@ puck straight away from it, out to that distance.
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -122,7 +121,6 @@ class BatchedPush(TensorStateEnv):
         float32 rewards ``(...)`` (the function ``step`` uses)."""
         check_goal_shape(f"{_OWNER}.compute_reward", achieved_goal, desired_goal, 2)
         return self._success(achieved_goal, desired_goal).to(torch.float32) - 1.0
-
 
     # ----------------------------------------------------------------------------------------------------------------
     # Pieces
