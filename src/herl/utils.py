@@ -9,12 +9,13 @@ from collections.abc import Iterator
 import torch
 
 
-def get_device(device: torch.device | str = "auto") -> torch.device:
+def get_device(device: torch.device | str = "auto", stacklevel: int = 3) -> torch.device:
     """Resolve ``"auto"`` to CUDA when available, else CPU; pass anything else to torch.device.
 
     As Stable-Baselines3, a CUDA (or MPS) device on a machine without one falls back to the CPU, so that a script
     written on a GPU machine runs on a laptop; unlike it, herl says so with a warning. A name torch does not know,
-    or a CUDA index past the machine's devices, is an error.
+    or a CUDA index past the machine's devices, is an error. ``stacklevel`` points the warning at the caller's caller
+    (the warnings module's meaning): raise it by one for each herl frame between the user's line and this call.
     """
     from herl.errors import ConfigError
 
@@ -27,11 +28,11 @@ def get_device(device: torch.device | str = "auto") -> torch.device:
         raise ConfigError("", "device", device, allowed) from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         warnings.warn(f"device={str(device)!r}, but CUDA is not available here: using the CPU (pass device='auto' to "
-                      "pick CUDA where there is one without this warning)", UserWarning, stacklevel=3)
+                      "pick CUDA where there is one without this warning)", UserWarning, stacklevel=stacklevel)
         return torch.device("cpu")
     if resolved.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
         warnings.warn(f"device={str(device)!r}, but MPS is not available here: using the CPU", UserWarning,
-                      stacklevel=3)
+                      stacklevel=stacklevel)
         return torch.device("cpu")
     if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
         raise ConfigError("", "device", device, f"{allowed} (this machine has {torch.cuda.device_count()} CUDA "

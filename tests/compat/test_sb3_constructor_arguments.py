@@ -47,6 +47,36 @@ def test_optimize_memory_usage_true_is_honoured_by_the_buffer_and_saved(model_cl
         assert model_class.load(tmp_path / "model.zip", env=env).replay_buffer.optimize_memory_usage
 
 
+@pytest.mark.parametrize("model_class", [DQN, SAC])
+def test_a_memory_saving_buffer_warns_at_each_learn_that_resets_and_says_what_it_cut(model_class):
+    """SB3 warns at every ``learn(reset_num_timesteps=True)`` after another when the buffer saves memory, since that
+    call pattern cuts the running episode; herl warns there too, and the warning says whether this call cut one.
+    Nothing else warns: the first learn, a learn that goes on, or a buffer that does not save memory."""
+    def learn(model, steps, reset=True):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            model.learn(steps, reset_num_timesteps=reset)
+        notes = [w for w in record if "The last trajectory in the replay buffer will be truncated" in str(w.message)]
+        assert all(w.filename == __file__ for w in notes)
+        return [str(w.message) for w in notes]
+
+    env = BitFlippingEnv(4, continuous=model_class is not DQN, max_steps=4)
+    model = model_class("MultiInputPolicy", env, optimize_memory_usage=True, **SMALL)
+    assert learn(model, 8) == [] and learn(model, 8, reset=False) == []
+    seen = set()
+    for steps in (5, 6, 7, 8, 9, 10, 11):
+        running = bool(model._ep_lengths.item() > 0)  # did the last learn stop mid-episode?
+        (note,) = learn(model, steps)
+        if running:
+            assert "each running episode is closed here as cut by a time limit" in note
+        else:
+            assert "this call found none: nothing was cut" in note and "reset_num_timesteps=False" in note
+        seen.add(running)
+    assert seen == {True, False}
+    plain = model_class("MultiInputPolicy", env, **SMALL)
+    assert learn(plain, 10) == [] and learn(plain, 10) == []
+
+
 def test_non_defaults_herl_cannot_honour_are_refused_with_what_to_do():
     env = env_for(SAC)
     with pytest.raises(ValueError, match=r"_init_setup_model=False .* not supported; leave it True"):
@@ -74,6 +104,28 @@ def test_cuda_without_cuda_falls_back_to_the_cpu_with_a_warning(device, tmp_path
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert get_device("auto") == torch.device("cpu") and get_device("cpu") == torch.device("cpu")
+
+
+@NO_CUDA
+def test_assigning_cuda_to_model_device_falls_back_the_same_way(tmp_path):
+    """SB3's tests set ``model.device`` by hand and then load a replay buffer, which must land on the model's
+    device: the assignment resolves as the constructor's argument does."""
+    model = SAC("MultiInputPolicy", env_for(SAC), **SMALL)
+    model.learn(20)
+    model.save_replay_buffer(tmp_path / "buffer")
+    with pytest.warns(UserWarning, match="CUDA is not available here: using the CPU") as record:
+        model.device = torch.device("cuda")
+    assert record[0].filename == __file__
+    assert model.device == torch.device("cpu")
+    model.load_replay_buffer(tmp_path / "buffer")
+    assert model.replay_buffer.device == model.device
+    with pytest.warns(UserWarning, match="using the CPU") as record:
+        model.replay_buffer.device = "cuda"
+    assert record[0].filename == __file__ and model.replay_buffer.device == torch.device("cpu")
+    with pytest.raises(ConfigError, match="device must be 'auto', 'cpu', 'cuda'"):
+        model.device = "gpu"
+    assert model.device == torch.device("cpu")
+    model.learn(20, reset_num_timesteps=False)
 
 
 def test_nonsense_devices_stay_errors():

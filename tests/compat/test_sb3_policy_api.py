@@ -1,4 +1,5 @@
-"""SB3's policy-level API: ``model.policy.save(path)`` / ``Policy.load(path)``, ``model.policy.device``, and
+"""SB3's policy-level API: ``model.policy.save(path)`` / ``Policy.load(path)``, ``model.policy.device``,
+``model.policy.optimizer`` (read and assigned), and
 ``model.actor.predict(obs)`` / ``model.q_net.predict(obs)`` returning ``(actions, state)``."""
 
 from __future__ import annotations
@@ -118,3 +119,53 @@ def test_the_acting_network_saves_and_its_class_loads_it_back_predicting_alone(m
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], expected)
     with pytest.raises(RuntimeError, match="model.save"):
         copy.deepcopy(loaded).save(tmp_path / "copy.zip")
+
+
+@pytest.mark.parametrize("model_class", [SAC, TD3, DQN, CrossQ])
+def test_an_assigned_policy_optimizer_trains_and_files_start_herls_adam_anew(model_class, tmp_path):
+    """``model.policy.optimizer = ...`` (SB3 code does it) is the optimizer the next updates step; files keep no
+    state of it (an optimizer is code), say so when saved and loaded, and the loaded model trains with herl's Adam."""
+    model, env = make(model_class)
+    assert model.policy.optimizer is model.optimizers["optimizer"]
+    trained = {k: p.detach().clone() for k, p in model.policy.named_parameters() if "_target" not in k}
+    model.policy.optimizer = torch.optim.SGD(model.policy.parameters(), lr=0.0)  # holds the target networks too
+    model.learn(20, reset_num_timesteps=False)
+    now = dict(model.policy.named_parameters())
+    assert all(torch.equal(trained[k], now[k]) for k in trained)  # lr 0: the SGD it stepped moved nothing
+    with pytest.warns(UserWarning, match=r"assigned by hand \(torch.optim.sgd.SGD\).*herl's Adam, started anew") as rec:
+        model.save(tmp_path / "model")
+    assert rec[0].filename == __file__
+    with pytest.warns(UserWarning, match=r"model.zip: it was saved while training with an optimizer assigned") as rec:
+        loaded = model_class.load(tmp_path / "model.zip", env=env)
+    assert rec[0].filename == __file__
+    assert isinstance(loaded.policy.optimizer, torch.optim.Adam) and not loaded.policy.optimizer.state
+    for key, value in model.policy.state_dict().items():
+        assert torch.equal(value, loaded.policy.state_dict()[key]), key
+    loaded.learn(20, reset_num_timesteps=False)
+    assert loaded.policy.optimizer.state  # herl's Adam took steps
+    with pytest.raises(TypeError, match="policy.optimizer must be a torch.optim.Optimizer, got dict"):
+        model.policy.optimizer = {"lr": 1e-3}
+
+
+def test_a_damaged_assigned_optimizers_field_is_refused(tmp_path):
+    import json
+    import zipfile
+
+    from herl.errors import ArchiveError
+
+    model, env = make(SAC)
+    model.policy.optimizer = torch.optim.Adam(model.policy.parameters())
+    with pytest.warns(UserWarning):
+        model.save(tmp_path / "model")
+    with zipfile.ZipFile(tmp_path / "model.zip") as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    meta_name = next(name for name in entries if name.endswith(".json"))
+    meta = json.loads(entries[meta_name])
+    fields = meta.get("meta", meta)
+    fields["assigned_optimizers"] = {"critic": 3}
+    entries[meta_name] = json.dumps(meta).encode()
+    with zipfile.ZipFile(tmp_path / "damaged.zip", "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    with pytest.raises(ArchiveError, match="'assigned_optimizers' field is damaged"):
+        SAC.load(tmp_path / "damaged.zip")

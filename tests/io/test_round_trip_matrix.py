@@ -348,6 +348,43 @@ def test_a_model_crosses_between_cpu_and_cuda_and_trains_on_each(case: Case, tmp
     assert back.num_timesteps == 90
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("case", CROSSING, ids=str)
+def test_assigning_model_device_moves_the_model_and_its_buffer(case: Case):
+    """SB3 code assigns ``model.device``: the networks, optimizer states and generator follow, and so do the replay
+    buffer's samples; training goes on there and back."""
+    model = make_model(case, None, "cpu")
+    model.learn(30)
+    obs = observations(model)
+    expected, _ = model.predict(obs, deterministic=True)
+    model.device = "cuda"
+    assert model.device.type == "cuda" and model.replay_buffer.device.type == "cuda"
+    assert all(p.device.type == "cuda" for p in model.policy.parameters()) and model.torch_rng.device.type == "cuda"
+    assert_optimizer_state_fits(model)
+    np.testing.assert_allclose(model.predict(obs, deterministic=True)[0], expected, rtol=1e-4, atol=1e-5)
+    model.learn(30, reset_num_timesteps=False)
+    model.device = "cpu"
+    assert_optimizer_state_fits(model)
+    model.learn(30, reset_num_timesteps=False)
+    assert model.num_timesteps == 90 and model.replay_buffer.sample(4).actions.device.type == "cpu"
+
+
+def test_assigning_the_device_a_model_is_on_changes_nothing_of_its_training(tmp_path: Path):
+    """``model.device = model.device`` (SB3's tests assign it before loading a buffer) moves and reseeds nothing: the
+    run equals one without the assignment, bit for bit."""
+    case = Case("SAC", "goal", "her", True, 1, "float32", False)
+    runs = []
+    for assign in (False, True):
+        model = make_model(case, None, "cpu")
+        model.learn(30)
+        if assign:
+            model.device = torch.device("cpu")
+            model.replay_buffer.device = "cpu"
+        model.learn(30, reset_num_timesteps=False)
+        runs.append(model)
+    assert_same_state(*runs)
+
+
 LEGACY = Path(__file__).parent / "data"
 
 

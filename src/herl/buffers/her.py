@@ -267,6 +267,9 @@ class HerReplayBuffer(ReplayBuffer):
         if demonstrations is not None:
             self._store_demonstrations(demonstrations)
 
+    def _device_changed(self) -> None:
+        self._demo_masks = {}
+
     # SB3's names for the relabeling mix
     @property
     def n_sampled_goal(self) -> int:

@@ -68,6 +68,9 @@ def _obs_spec(space: spaces.Space, name: str) -> FieldSpec:
 
 TRUNCATION_NOTE = ("The last trajectory in the replay buffer will be truncated: each running episode is closed here as "
                    "cut by a time limit, so that no n-step return or HER goal crosses the break (its steps stay stored)")
+TRUNCATION_RISK_NOTE = ("The last trajectory in the replay buffer will be truncated whenever learn(reset_num_timesteps=True) "
+                        "finds an episode running (this call found none: nothing was cut); pass "
+                        "reset_num_timesteps=False to keep episodes whole across learn calls")
 
 
 class ReplayBuffer:
@@ -464,11 +467,27 @@ class ReplayBuffer:
             indexes = flat
         return samples._replace(weights=self._to_torch(weights.reshape(-1, 1)), indexes=indexes)
 
+    @property
+    def device(self) -> torch.device:
+        """Where sampled batches go."""
+        return self._device
+
+    @device.setter
+    def device(self, device: torch.device | str) -> None:
+        """Samples go to ``device`` from here on (SB3 code assigns ``buffer.device``), resolved as the constructor's
+        ``device``; what is stored stays where it is (``storage_device``)."""
+        self._device = get_device(device)
+        self._cpu_numpy = self._device.type == "cpu" and self.__dict__.get("storage_device") is None
+        self._device_changed()
+
+    def _device_changed(self) -> None:
+        """Drop what was kept on the old sampling device (HER: its demonstration masks)."""
+
     # ------------------------------------------------------------------ running episodes
-    def truncate_last_trajectory(self, warn: bool = True) -> None:
+    def truncate_last_trajectory(self, warn: bool = True) -> int:
         """Close every running episode as cut by a time limit (SB3's method): before an env reset that the buffer
         does not see, so that no n-step return or HER goal crosses it. ``warn`` says so when an episode was running,
-        as SB3 does; herl's own calls pass False where the reset is theirs to make."""
+        as SB3 does; herl's own calls pass False where the reset is theirs to make. Returns how many were closed."""
         storage = self.storage
         envs = np.flatnonzero(storage.open_len > 0)
         if warn and len(envs):
@@ -476,6 +495,7 @@ class ReplayBuffer:
         last_rows = storage.close(envs)
         storage.transitions["truncated"][last_rows, envs] = True
         self._after_truncation(envs)
+        return len(envs)
 
     def _after_truncation(self, envs: np.ndarray) -> None:
         """What else closing the running episodes of ``envs`` needs (HER: its per-episode book-keeping)."""

@@ -102,7 +102,10 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
         for key, tensor in module.state_dict().items():
             arrays[f"nets/{name}/{key}"] = tensor.detach().cpu().numpy()
     optimizers = {}
+    assigned = dict(model._assigned_optimizers)  # a user's own optimizer: its state fits no optimizer a file rebuilds
     for name, optimizer in model.optimizers.items():
+        if name in assigned:
+            continue
         state = optimizer.state_dict()
         for index, param_state in state["state"].items():
             for key, value in param_state.items():
@@ -131,6 +134,7 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
         "nets": nets,
         **({"verbose": int(model.verbose)} if verbose else {}),
         "optimizers": optimizers,
+        **({"assigned_optimizers": assigned} if assigned else {}),
         "training_state": {name: getattr(model, name) for name in model.saved_state},
         # the exploration noise's generator and, for Ornstein-Uhlenbeck, its running value: with them a loaded DDPG or
         # TD3 explores on as the saved one would
@@ -252,6 +256,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
         raise ArchiveError(f"{path}: a damaged model file ({type(err).__name__}: {err})") from err
     try:
         _check_param_groups(model, params)
+        _start_assigned_optimizers_anew(path, model, meta, params)
         model.set_parameters(params, exact_match=True)
         _check_optimizer_states(model)
         model.rng.bit_generator.state = rng_state
@@ -403,6 +408,20 @@ def _field(meta: dict[str, Any], name: str, types: type | tuple[type, ...]) -> A
     if not isinstance(value, types):
         raise ArchiveError(f"the model file's {name!r} field is a {type(value).__name__}: the file is damaged")
     return value
+
+
+def _start_assigned_optimizers_anew(path: Any, model: Any, meta: dict[str, Any], params: dict[str, Any]) -> None:
+    """A model saved with an optimizer its user assigned (``policy.optimizer``) holds no state for it: that optimizer
+    is rebuilt as herl's and starts anew, with a warning (the weights load as saved)."""
+    assigned = meta.get("assigned_optimizers", {})
+    if not isinstance(assigned, dict) or not all(isinstance(v, str) and k in model.optimizers and k not in params
+                                                 for k, v in assigned.items()):
+        raise ArchiveError(f"{path}: its 'assigned_optimizers' field is damaged: {assigned!r}")
+    for name, class_name in assigned.items():
+        params[name + ".optimizer"] = model.optimizers[name].state_dict()
+        warnings.warn(f"{path}: it was saved while training with an optimizer assigned by hand ({class_name}), which "
+                      f"files never hold: its {name!r} is herl's Adam, started anew (the weights are loaded as "
+                      "saved); assign yours again to train on with it", UserWarning, stacklevel=4)
 
 
 def _check_param_groups(model: Any, params: dict[str, Any]) -> None:

@@ -180,6 +180,7 @@ class OffPolicyAlgorithm:
         self.nets = Policy(self, {"encoder": self.encoder})
         self.policy = self.nets  # SB3's name: users read model.policy.actor, .state_dict(), .predict(...)
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._assigned_optimizers: dict[str, str] = {}  # name -> class, for those a user assigned (policy.optimizer)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)  # for any layer that initializes itself from the global generator
             self._build(torch.Generator().manual_seed(init_seed))
@@ -317,6 +318,34 @@ class OffPolicyAlgorithm:
 
     compile_seconds: float | None = None
     """How long compiling the update took (``compile=True``), once it has run; None before."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the networks are and where sampled batches go."""
+        return self._device
+
+    @device.setter
+    def device(self, device: torch.device | str) -> None:
+        """``model.device = "cuda"`` (SB3 code assigns it) resolves as the constructor's ``device`` does (CUDA on a
+        machine without it: the CPU, with a warning) and moves the model there: networks, optimizer states, the
+        generator of its random draws (reseeded from its own next draw) and where the replay buffer's samples go.
+        Training goes on from the same weights; its random draws differ from those of a model that never moved."""
+        resolved = get_device(device, stacklevel=4)  # the user's line, past this setter and __setattr__
+        current = self.__dict__.get("_device")
+        object.__setattr__(self, "_device", resolved)
+        if current is not None and resolved != current and "nets" in self.__dict__:
+            self._move_to(resolved)
+
+    def _move_to(self, device: torch.device) -> None:
+        self.nets.to(device)
+        for optimizer in self.optimizers.values():
+            optimizer.load_state_dict(optimizer.state_dict())  # torch places each state tensor with its parameter
+            _shape_optimizer_state(optimizer)
+        seed = int(torch.randint(0, 2**62, (1,), generator=self.torch_rng, device=self.torch_rng.device).item())
+        self.torch_rng = torch.Generator(device=device).manual_seed(seed)
+        self.__dict__.pop("_compiled_losses", None)  # compiled for the old device: compiled anew at the next update
+        if self.replay_buffer is not None and hasattr(self.replay_buffer, "device"):
+            self.replay_buffer.device = device
 
     def _loss_function(self) -> Callable[[Any, Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]:
         """``_losses``, or its compiled version with ``compile=True`` (built at the first update, and timed)."""
@@ -818,6 +847,11 @@ class OffPolicyAlgorithm:
             warnings.warn(f"model.lr_schedule ({self.lr_schedule!r}) is code, which herl files never hold: the file "
                           f"keeps learning_rate={self.config.learning_rate}; set model.lr_schedule again after "
                           "loading", UserWarning, stacklevel=2)
+        for name, class_name in self._assigned_optimizers.items():
+            warnings.warn(f"model.policy.optimizer is an optimizer assigned by hand ({class_name}), which herl files "
+                          f"never hold (it is code): the file keeps no {name!r} state, and the model loaded from it "
+                          "trains with herl's Adam, started anew; assign yours again after loading", UserWarning,
+                          stacklevel=2)
         write_model(self, path, verbose=keep_verbose)
 
     def export_onnx(self, path: str | os.PathLike, **kwargs: Any) -> Any:
@@ -1005,6 +1039,23 @@ class Policy(nn.ModuleDict):
     def device(self) -> torch.device:
         """The device the networks are on (the model's)."""
         return self._model.device
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The model's optimizer (SB3's ``policy.optimizer``): one Adam over every network that trains."""
+        return self._model.optimizers["optimizer"]
+
+    @optimizer.setter
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Train with another torch optimizer from the next update on (SB3 code assigns one). It steps after each
+        backward pass in place of herl's Adam; parameters it does not hold stop learning. Files keep herl's optimizer
+        only (an optimizer is code): ``save`` warns, and a loaded model trains with a fresh Adam."""
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"policy.optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}: build "
+                            "it over model.policy.parameters(), e.g. torch.optim.Adam(model.policy.parameters())")
+        model = self._model
+        model.optimizers["optimizer"] = optimizer
+        model._assigned_optimizers["optimizer"] = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
 
     @property
     def observation_space(self) -> spaces.Space:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from herl.buffers.replay import TRUNCATION_NOTE, TRUNCATION_RISK_NOTE
 from herl.errors import NonFiniteError
 from herl.training.callbacks import CallbackList, ProgressBarCallback, as_callback
 from herl.training.diagnostics import replay_diagnostics
@@ -43,7 +45,7 @@ def run(model: Any, total_timesteps: int, *, callback: Any, log_interval: int | 
         while (steps if per_step else episodes) < n_freq and model.num_timesteps < total_timesteps:
             if env.stepped_outside:  # a callback reset or stepped the env through model.get_env(): obs are stale
                 model._last_obs = obs
-                restart_envs(model)
+                restart_envs(model, stacklevel=4)
                 obs, returns, lengths = model._last_obs, model._ep_returns, model._ep_lengths
             actions = model._collect_actions(env.policy_obs(obs))  # an SB3 VecNormalize's statistics apply here
             if guard and actions.dtype.kind == "f" and not math.isfinite(np.add.reduce(actions, None)):
@@ -91,7 +93,7 @@ def begin(model: Any, total_timesteps: int, *, callback: Any, log_interval: int 
     the step to stop at) and ``(start step, start time)`` for ``time/fps``. Also used by the learner of
     :mod:`herl.distributed`, which collects on Ray actors."""
     if reset_num_timesteps or model._last_obs is None or model.env.stepped_outside:
-        restart_envs(model)
+        restart_envs(model, new_learn=reset_num_timesteps)
     if reset_num_timesteps:
         model.ep_info_buffer.clear()
         model.ep_success_buffer.clear()
@@ -155,13 +157,19 @@ def stop_on_non_finite_action(model: Any, obs: Any, actions: np.ndarray) -> None
         "this step was stored.")
 
 
-def restart_envs(model: Any) -> None:
+def restart_envs(model: Any, new_learn: bool = False, stacklevel: int = 5) -> None:
     """Reset every env and zero the running episodes' returns and lengths; ``model._last_obs`` are then the
     observations to act from. Episodes running in the buffer end here: they are closed as truncated, so that HER
-    never draws a future goal across the reset."""
+    never draws a future goal across the reset.
+
+    With a memory-saving buffer, as SB3: a warning when running episodes are cut, and at every ``learn`` that resets
+    (``new_learn``) after another, since that call pattern cuts whatever episode runs (SB3's tests expect it);
+    ``stacklevel`` points it at the user's ``learn`` line."""
     env, buffer = model.env, model.replay_buffer
     if buffer is not None:  # whatever still runs in the buffer (a loaded one's too) ends with the reset
-        buffer.truncate_last_trajectory(warn=buffer.optimize_memory_usage and model._last_obs is not None)  # as SB3
+        closed = buffer.truncate_last_trajectory(warn=False)
+        if buffer.optimize_memory_usage and model._last_obs is not None and (closed or new_learn):
+            warnings.warn(TRUNCATION_NOTE if closed else TRUNCATION_RISK_NOTE, UserWarning, stacklevel=stacklevel)
     seed = None if model._env_was_seeded else model._first_reset_seed()
     model._last_obs = env.reset(seed=seed)
     model._env_was_seeded = True
