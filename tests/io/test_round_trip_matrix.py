@@ -350,7 +350,7 @@ def test_a_model_crosses_between_cpu_and_cuda_and_trains_on_each(case: Case, tmp
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("case", CROSSING, ids=str)
-def test_assigning_model_device_moves_the_model_and_its_buffer(case: Case):
+def test_assigning_cuda_to_model_device_moves_the_model_and_its_buffer_and_back(case: Case):
     """SB3 code assigns ``model.device``: the networks, optimizer states and generator follow, and so do the replay
     buffer's samples; training goes on there and back."""
     model = make_model(case, None, "cpu")
