@@ -62,7 +62,7 @@ import pytest
 
 SB3_ALGOS = "DQN or DDPG or TD3 or SAC"
 # (group, repo, file, -k expression or None for the whole file). At SB3 e05d2dbe and sb3-contrib 0ca7fdd8 the peer copy
-# selects 43, 9, 22, 48 and 38 cases (6, 0, 0, 3 and 1 of them skipped by the peer tests themselves).
+# selects 43, 9, 22, 48, 171 and 38 cases (6, 0, 0, 3, 7 and 1 of them skipped by the peer tests themselves).
 GROUPS: list[tuple[str, str, str, str | None]] = [
     # parametrizations with the four algorithms (-k also takes test_dqn_target_update_interval), plus the two
     # non-parametrized tests that use only SAC or DQN
@@ -75,6 +75,11 @@ GROUPS: list[tuple[str, str, str, str | None]] = [
     ("sb3_her", "sb3", "tests/test_envs.py", "BitFlipping or bit_flipping"),
     ("sb3_her", "sb3", "tests/test_callbacks.py", "eval_success_logging"),
     ("sb3_her", "sb3", "tests/test_vec_normalize.py", "her_normalization"),
+    # the rest of SB3's files that parametrize over the off-policy algorithms: their cases with DQN, DDPG, TD3 or SAC
+    *[("sb3_more", "sb3", f"tests/{name}.py", SB3_ALGOS)
+      for name in ("test_run", "test_predict", "test_deterministic", "test_train_eval_mode", "test_dict_env",
+                   "test_spaces", "test_identity", "test_custom_policy", "test_cnn", "test_tensorboard", "test_logger",
+                   "test_utils", "test_vec_normalize")],
     # TQC and CrossQ parametrizations, plus test_run's test_n_critics and test_save_load's test_save_load_pytorch_var
     # (TQC only, not parametrized)
     *[("contrib_tqc_crossq", "contrib", f"tests/{name}.py", "TQC or CrossQ or n_critics or pytorch_var")

@@ -44,6 +44,16 @@ class NonFiniteError(HerlError, ValueError):
     output, a loss). Training stops at once: a single NaN spreads to every weight and normalizer statistic."""
 
 
+class ClassNotLoadedError(HerlError, LookupError, ValueError):
+    """A class of the user's named by a string or a model file (a features extractor, an optimizer) that this process
+    has not imported: files hold no code, so herl finds such a class only among the modules already loaded."""
+
+
+class ActionSpaceError(HerlError, ValueError, AssertionError):
+    """An action space the algorithm cannot act in (a Box for DQN, a Discrete for SAC). Also an AssertionError, what
+    Stable-Baselines3 raises there, so that code written for it catches this one."""
+
+
 class ArchiveError(HerlError, ValueError):
     """A file that is not a readable herl archive of the expected kind (not a zip, a damaged member, missing or
     mistyped fields, sizes beyond the limits)."""

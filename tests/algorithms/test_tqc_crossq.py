@@ -9,7 +9,7 @@ import torch
 from gymnasium import spaces
 
 import herl.algorithms.tqc as tqc_module
-from herl import TQC, CrossQ, HerReplayBuffer, evaluate_policy
+from herl import DQN, TQC, CrossQ, HerReplayBuffer, evaluate_policy
 from herl.algorithms.tqc import quantile_huber_loss
 from herl.envs import BitFlippingEnv, PointReachEnv
 from herl.nn.batch_renorm import BatchRenorm, RenormMLP
@@ -115,6 +115,10 @@ def test_bad_arguments_name_the_fix():
     for algo in (TQC, CrossQ):
         with pytest.raises(ValueError, match="needs a Box action space.*use DQN"):
             algo("MultiInputPolicy", BitFlippingEnv(n_bits=4))
+        with pytest.raises(AssertionError):  # SB3 asserts there: code written for it catches this one too
+            algo("MultiInputPolicy", BitFlippingEnv(n_bits=4))
+    with pytest.raises(ValueError, match=r"DQN needs a Discrete action space, got Box.*use SAC, TD3, DDPG, TQC or CrossQ"):
+        DQN("MlpPolicy", "Pendulum-v1")
     with pytest.raises(ValueError, match="batch_norm_momentum must be in"):
         CrossQ("MultiInputPolicy", env, policy_kwargs=dict(batch_norm_momentum=0.0))
     for bad in (dict(batch_norm_momentum=float("nan")), dict(batch_norm_eps=float("nan")), dict(batch_norm_eps=0.0)):

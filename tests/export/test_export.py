@@ -67,6 +67,25 @@ def test_torchscript_module_equals_predict(tmp_path):
     np.testing.assert_allclose(got, model.predict(obs, deterministic=True)[0], atol=1e-6)
 
 
+@pytest.mark.parametrize("form", ["float64", "2x2", "2x2 float64"])
+def test_exports_keep_a_box_of_float64_or_of_several_dimensions(form, tmp_path):
+    """The graph's actions have the action space's shape and dtype, as predict's."""
+    import gymnasium as gym
+
+    from tests.algorithms.test_action_space_forms import FLOAT32_OBS, FORMS, RecordingEnv
+
+    space = FORMS[form]
+    env = gym.wrappers.TimeLimit(RecordingEnv(FLOAT32_OBS, space), max_episode_steps=20)
+    model = _with_statistics(herl.SAC("MlpPolicy", env, policy_kwargs=dict(net_arch=[16]), seed=0))
+    assert check_onnx(model, model.export_onnx(tmp_path / "policy.onnx"), n_observations=200) <= 1e-5
+    module = torch.jit.load(str(export_torchscript(model, tmp_path / "policy.pt")))
+    obs = np.stack([FLOAT32_OBS.sample() for _ in range(5)])
+    got = module(torch.as_tensor(obs)).numpy()
+    expected = model.predict(obs, deterministic=True)[0]
+    assert got.shape == expected.shape == (5, *space.shape) and got.dtype == expected.dtype == space.dtype
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
 def test_check_onnx_catches_a_different_model(tmp_path):
     env = PointReachEnv()
     path = herl.TD3("MultiInputPolicy", env, policy_kwargs=dict(net_arch=[16]), seed=0).export_onnx(tmp_path / "a.onnx")

@@ -236,6 +236,40 @@ def round_trip_of(model, make_env, device: str, tmp_path: Path, extra: dict | No
                                       loaded.predict(obs, deterministic=False)[0])
 
 
+OPTIMIZERS = {"AdamW": dict(weight_decay=0.01), "RMSprop": dict(alpha=0.95, eps=1e-5), "SGD": dict(momentum=0.9)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_a_model_with_another_optimizer_class_saves_loads_and_trains_on(algo: str, optimizer: str, device: str,
+                                                                        tmp_path: Path):
+    """SB3's ``policy_kwargs=dict(optimizer_class=..., optimizer_kwargs=...)``: the class (given as the class, saved
+    by name) and its state survive the round trip."""
+    case = Case(algo, "goal", "her", True, 1, "float32", False)
+    model = make_model(case, None, device)
+    kwargs = dict(policy_kwargs=dict(net_arch=[16, 16], optimizer_class=getattr(torch.optim, optimizer),
+                                     optimizer_kwargs=OPTIMIZERS[optimizer]))
+    model = type(model)("MultiInputPolicy", make_env(case), device=device, learning_starts=10, batch_size=8,
+                        buffer_size=300, seed=3, gamma=0.9, replay_buffer_class=HerReplayBuffer,
+                        replay_buffer_kwargs=buffer_kwargs(case, None), **kwargs,
+                        **({"exploration_fraction": 0.5} if algo == "DQN" else {}))
+    assert type(model.policy.optimizer) is getattr(torch.optim, optimizer)
+    round_trip_of(model, lambda: make_env(case), device, tmp_path)
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3", "TQC", "CrossQ"])
+def test_a_model_with_a_float64_box_of_several_dimensions_saves_loads_and_trains_on(algo: str, tmp_path: Path):
+    from tests.algorithms.test_action_space_forms import FLOAT32_OBS, FORMS, RecordingEnv
+
+    def env():
+        return gym.wrappers.TimeLimit(RecordingEnv(FLOAT32_OBS, FORMS["2x2 float64"]), max_episode_steps=EPISODE)
+
+    model = ALGOS[algo]("MlpPolicy", env(), learning_starts=10, batch_size=8, buffer_size=300, seed=3,
+                        policy_kwargs=dict(net_arch=[16, 16]))
+    round_trip_of(model, env, "cpu", tmp_path)
+
+
 class ImageEnv(gym.Env):
     """Random uint8 images (channels-last, as cameras give them), beside a vector in the Dict form; a reward that
     depends on the image, so the networks have something to fit."""

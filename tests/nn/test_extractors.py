@@ -219,6 +219,9 @@ def test_a_users_class_is_found_by_name_only_among_loaded_modules(tmp_path):
     extractors.SEEN_EXTRACTORS.pop("users_extractors:Tiny")
     with pytest.raises(ArchiveError, match=r"users_extractors:Tiny' is not loaded: import its module"):
         SAC.load(tmp_path / "m")
+    # as the message says: the class given to load is the one the file names (the file's other settings stay)
+    loaded = SAC.load(tmp_path / "m", policy_kwargs=dict(features_extractor_class=module.Tiny))
+    assert type(loaded.actor.features_extractor) is module.Tiny
 
 
 def test_bad_settings_name_the_fix():

@@ -52,3 +52,34 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
     expected = (dist.log_prob(u) - torch.log1p(-torch.tanh(u).square())).sum(-1, keepdim=True)
     torch.testing.assert_close(actions, torch.tanh(u))
     torch.testing.assert_close(log_prob, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_an_ensemble_without_hidden_layers_is_one_linear_map_per_member():
+    """SB3 takes ``net_arch=[]`` (linear networks); the critics' ensemble does too."""
+    g = torch.Generator().manual_seed(0)
+    ens = EnsembleMLP(5, 3, [], n_members=2, generator=g)
+    x = torch.randn(7, 5, generator=g)
+    out = ens(x)
+    assert out.shape == (2, 7, 3)
+    w, b = ens.weights[0].view(5, 2, 3), ens.biases[0].view(2, 3)
+    for m in range(2):
+        torch.testing.assert_close(out[m], x @ w[:, m] + b[m])
+    out.sum().backward()
+    assert ens.weights[0].grad is not None
+
+
+def test_every_algorithm_trains_saves_and_loads_with_linear_networks(tmp_path):
+    from herl import DDPG, DQN, SAC, TD3, TQC, CrossQ
+
+    for cls, env in [(SAC, "Pendulum-v1"), (TD3, "Pendulum-v1"), (DDPG, "Pendulum-v1"), (TQC, "Pendulum-v1"),
+                     (CrossQ, "Pendulum-v1"), (DQN, "CartPole-v1")]:
+        for arch in ([], dict(pi=[4], qf=[])):
+            if cls is DQN and isinstance(arch, dict):
+                continue
+            model = cls("MlpPolicy", env, policy_kwargs=dict(net_arch=arch), learning_starts=20, batch_size=8, seed=0)
+            model.learn(40)
+            model.save(tmp_path / "linear")
+            loaded = cls.load(tmp_path / "linear.zip", env=env)
+            obs = loaded.observation_space.sample()
+            assert (loaded.predict(obs, deterministic=True)[0] == model.predict(obs, deterministic=True)[0]).all()
+            loaded.learn(10, reset_num_timesteps=False)

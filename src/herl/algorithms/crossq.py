@@ -30,6 +30,7 @@ from herl.errors import POSITIVE_INT, ConfigError, Rule, number
 from herl.nn.batch_renorm import RenormMLP
 from herl.nn.mlp import AUTO_PRECISION
 from herl.nn.policies import SquashedGaussianActor
+from herl.training.config import PolicyConfig
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class CrossQ(SAC):
         params = [*self.critic.parameters(), *self.actor.parameters()]
         if self.learn_ent_coef:
             params.append(self._log_ent_coef)
-        self.optimizers["optimizer"] = self.adam(params, betas=(self.config.adam_beta1, 0.999))
+        self.optimizers["optimizer"] = self.make_optimizer(params, betas=(self.config.adam_beta1, 0.999))
 
     def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
         self.actor.train(False)  # acting uses the running statistics, and leaves them as they are

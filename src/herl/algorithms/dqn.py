@@ -5,6 +5,7 @@ the algorithm of HER's bit-flipping experiments.
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -79,8 +80,22 @@ class DQN(OffPolicyAlgorithm):
         self.exploration_rate = 0.0  # greedy until learn() sets it from the schedule (as SB3)
         self._last_target_update = 0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._warn_target_update_interval()
+
+    def _warn_target_update_interval(self) -> None:
+        """More envs than ``target_update_interval``'s env steps: one step of all envs already passes the interval,
+        so the target network follows the Q-network at every training call (SB3 warns so)."""
+        interval, n_envs = self.config.target_update_interval, self.n_envs
+        if self.env is None or n_envs <= interval:
+            return
+        warnings.warn("The number of environments used is greater than the target network update interval "
+                      f"({n_envs} > {interval}): the interval counts env steps over all envs, so the target network "
+                      "is updated at every training call", UserWarning, stacklevel=3)
+
     def _make_optimizers(self) -> None:
-        self.optimizers["optimizer"] = self.adam(self.q_net.parameters())
+        self.optimizers["optimizer"] = self.make_optimizer(self.q_net.parameters())
 
     def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
         return self.q_net(x).argmax(dim=1, keepdim=True)

@@ -130,7 +130,7 @@ class SAC(OffPolicyAlgorithm):
         params = self.unique_parameters(self.critic, self.actor)
         if self.learn_ent_coef:
             params.append(self._log_ent_coef)
-        self.optimizers["optimizer"] = self.adam(params)
+        self.optimizers["optimizer"] = self.make_optimizer(params)
 
     def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
         noise = None if deterministic else torch.randn(x.shape[0], self.action_dim, generator=self.torch_rng, device=x.device)

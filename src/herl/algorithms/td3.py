@@ -86,10 +86,10 @@ class TD3(OffPolicyAlgorithm):
         in_actor = {id(p) for p in actor}  # a shared extractor learns from the actor's loss, at its rate (SB3)
         critic = [p for p in self.unique_parameters(self.critic) if id(p) not in in_actor]
         if cfg.actor_learning_rate is None and cfg.critic_learning_rate is None:
-            self.optimizers["optimizer"] = self.adam(critic + actor)
+            self.optimizers["optimizer"] = self.make_optimizer(critic + actor)
             return
         # still one Adam step for both (see the module docstring), with a step size per parameter group
-        self.optimizers["optimizer"] = self.adam([
+        self.optimizers["optimizer"] = self.make_optimizer([
             {"params": critic, "lr": cfg.critic_learning_rate or cfg.learning_rate},
             {"params": actor, "lr": cfg.actor_learning_rate or cfg.learning_rate},
         ])

@@ -57,6 +57,7 @@ class PolicyGraph(nn.Module):
         if self.discrete:
             self.start = int(space.start)
         else:
+            self.shape = tuple(space.shape) if len(space.shape) != 1 else None  # a Box of several dimensions
             self.register_buffer("low", torch.as_tensor(space.low, device=model.device))
             self.register_buffer("span", torch.as_tensor(space.high - space.low, device=model.device))
 
@@ -67,6 +68,8 @@ class PolicyGraph(nn.Module):
         actions = self._act(x, True)
         if self.discrete:
             return actions.reshape(-1) + self.start
+        if self.shape is not None:
+            actions = actions.reshape(actions.shape[0], *self.shape)
         # the arithmetic of OffPolicyAlgorithm._unscale, in the same order, so the floats agree
         return self.low + 0.5 * (actions + 1.0) * self.span
 

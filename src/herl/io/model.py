@@ -27,6 +27,7 @@ from typing import IO, Any
 import numpy as np
 import torch
 
+from herl.errors import ClassNotLoadedError
 from herl.io.archive import ArchiveError, generator_state, is_stream, read_archive, write_archive
 from herl.io.spaces import space_from_json, space_to_json
 
@@ -252,6 +253,8 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
         model = cls(policy, None, observation_space=obs_space, action_space=act_space, device=device, **kwargs)
     except ArchiveError:
         raise
+    except ClassNotLoadedError as err:  # a sound file naming a class of the user's that this process lacks
+        raise ArchiveError(f"{path}: {err}") from None
     except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise ArchiveError(f"{path}: a damaged model file ({type(err).__name__}: {err})") from err
     try:
@@ -276,6 +279,8 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     # the file is sound: now the user's env and overrides
     overrides = {**{k: v for k, v in (custom_objects or {}).items()
                     if k in kwargs and not (k == "learning_rate" and (callable(v) or not v))}, **overrides}
+    if isinstance(overrides.get("policy_kwargs"), Mapping):  # the entries given replace the file's, the rest stay
+        overrides["policy_kwargs"] = {**kwargs["policy_kwargs"], **overrides["policy_kwargs"]}
     if env is not None or overrides:
         model = _with_env(model, cls, policy, env, device, kwargs, overrides, obs_space, act_space, params)
     model.num_timesteps, model._n_updates, model._episode_num = counts
@@ -420,8 +425,8 @@ def _start_assigned_optimizers_anew(path: Any, model: Any, meta: dict[str, Any],
     for name, class_name in assigned.items():
         params[name + ".optimizer"] = model.optimizers[name].state_dict()
         warnings.warn(f"{path}: it was saved while training with an optimizer assigned by hand ({class_name}), which "
-                      f"files never hold: its {name!r} is herl's Adam, started anew (the weights are loaded as "
-                      "saved); assign yours again to train on with it", UserWarning, stacklevel=4)
+                      f"files never hold: its {name!r} is the model's own optimizer, started anew (the weights are "
+                      "loaded as saved); assign yours again to train on with it", UserWarning, stacklevel=4)
 
 
 def _check_param_groups(model: Any, params: dict[str, Any]) -> None:

@@ -34,6 +34,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from herl.errors import ClassNotLoadedError
+
 
 class ImageSpaceError(ValueError, AssertionError):
     """An image network was given an observation that is not an image it can read (an AssertionError too, as SB3's
@@ -193,7 +195,7 @@ def extractor_class(name: str) -> type[nn.Module]:
     for part in qualname.split(".") if module is not None and qualname else []:
         found = getattr(found, part, None)
     if module is None or not isinstance(found, type) or not issubclass(found, nn.Module):
-        raise LookupError(
+        raise ClassNotLoadedError(
             f"the features extractor class {name!r} is not loaded: import its module ({module_name}) before loading "
             f"the model, or pass policy_kwargs=dict(features_extractor_class=TheClass) to load (model files hold no "
             "code, so herl does not import it for you)")

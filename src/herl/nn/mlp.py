@@ -131,12 +131,10 @@ class EnsembleMLP(ReadsFeatures, nn.Module):
         layer_norm: bool = False,
     ) -> None:
         super().__init__()
-        if not hidden:
-            raise ValueError("EnsembleMLP needs at least one hidden layer (net_arch=[] is not supported for critics)")
         self.n_members = n_members
         self.dims = [in_dim, *hidden, out_dim]
         self.activation = activation_class(activation)()
-        first = hidden[0]
+        first = hidden[0] if hidden else out_dim  # no hidden layer (net_arch=[]): one linear map per member
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         # layer 0: (in, members * out); later layers: (members, in, out) with biases (members, 1, out)
@@ -167,6 +165,8 @@ class EnsembleMLP(ReadsFeatures, nn.Module):
         if detach_params:
             weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
             norms = [(w.detach(), b.detach()) for w, b in norms] if norms is not None else None
+        if len(weights) == 1:  # linear members (no hidden layer)
+            return gemm.ensemble_input_layer(biases[0], x, weights[0], self.n_members, relu=False)
         fuse_relu = norms is None and isinstance(self.activation, nn.ReLU)  # one pass for linear and ReLU
         h = gemm.ensemble_input_layer(biases[0], x, weights[0], self.n_members, relu=fuse_relu)  # (members, batch, hidden)
         if norms is not None:

@@ -34,7 +34,8 @@ from torch import nn
 
 from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
-from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, EnvMismatchError, NonFiniteError, as_integer, check, integer
+from herl.errors import (BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ActionSpaceError, EnvMismatchError, NonFiniteError,
+                         as_integer, check, integer)
 from herl.nn.acting import ActingNetwork
 from herl.nn.extractors import ExtractorInput, extractor_class, has_features, has_images, make_extractor
 from herl.nn.mlp import PRECISIONS, resolve_precision, set_precision
@@ -291,6 +292,8 @@ class OffPolicyAlgorithm:
         generator nor depends on counters; ``_losses(batch, inputs)``: the loss and the values to log, from tensors
         only; and ``_after_step(batch, inputs, info)``, returning what ``train_info`` becomes.
         """
+        if self._reshape_actions:
+            batch = self._network_batch(batch)
         inputs = self._update_inputs(batch)
         losses = self._loss_function()
         if losses == self._losses:
@@ -303,6 +306,18 @@ class OffPolicyAlgorithm:
         self._before_step()
         optimizer.step()
         self._train_info = self._after_step(batch, inputs, info)
+
+    @property
+    def _reshape_actions(self) -> bool:
+        """Whether stored actions differ from what the networks read: a Box of float64 (or float16), or of more than
+        one dimension, is stored in its own dtype and shape."""
+        space = self.action_space
+        return isinstance(space, spaces.Box) and (space.dtype != np.float32 or len(space.shape) != 1)
+
+    def _network_batch(self, batch: Any) -> Any:
+        """The batch as the networks read it: actions flat, ``(batch, action_dim)``, in float32."""
+        actions = batch.actions
+        return batch._replace(actions=actions.reshape(actions.shape[0], -1).to(torch.float32))
 
     def _update_inputs(self, batch: Any) -> Any:
         raise NotImplementedError
@@ -434,14 +449,22 @@ class OffPolicyAlgorithm:
     def action_dim(self) -> int:
         return int(np.prod(self.action_space.shape))
 
-    def adam(self, params: Any, lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:
-        """Adam with one fused kernel per step where the device supports it (0.85 -> 0.67 ms per critic step on CPU)."""
+    def make_optimizer(self, params: Any, lr: float | None = None,
+                       betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Optimizer:
+        """The model's optimizer over ``params``: Adam with one fused kernel per step where the device supports it
+        (0.85 -> 0.67 ms per critic step on CPU), or the class ``policy_kwargs`` name with their ``optimizer_kwargs``
+        (:mod:`herl.training.optimizers`); ``betas`` are the algorithm's, for Adam-like classes."""
+        from herl.training.optimizers import build_optimizer
+
         lr = self.config.learning_rate if lr is None else lr
-        params = list(params)
+        name, kwargs = self.policy_config.optimizer_class, self.policy_config.optimizer_kwargs
         try:
-            return torch.optim.Adam(params, lr=lr, betas=betas, fused=True)
-        except RuntimeError:  # a device without the fused kernel (or torch < 2.4 on CPU)
-            return torch.optim.Adam(params, lr=lr, betas=betas)
+            return build_optimizer(name, kwargs, params, lr, betas)
+        except (TypeError, ValueError) as err:
+            if name is None and not kwargs:
+                raise
+            raise ValueError(f"policy_kwargs optimizer_class={name or 'Adam'!r} with optimizer_kwargs={dict(kwargs)!r} "
+                             f"cannot be built: {err}") from None
 
     def encode_batch(self, batch: Any) -> torch.Tensor:
         """Normalized network inputs of a batch: observations stacked over next observations, ``(2 * batch, dim)``.
@@ -460,6 +483,8 @@ class OffPolicyAlgorithm:
         critic = getattr(self, "critic", None)
         if critic is None:
             return None
+        if self._reshape_actions:
+            batch = self._network_batch(batch)
         x = self.encoder.normalize(self.encoder.flatten(batch.observations))
         training = critic.training
         critic.train(False)  # CrossQ's batch renormalization: running statistics, left as they are
@@ -497,10 +522,12 @@ class OffPolicyAlgorithm:
     def _check_spaces(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         if not isinstance(action_space, self.action_space_types):
             names = " or ".join(t.__name__ for t in self.action_space_types)
-            hint = ": use DQN for Discrete actions" if isinstance(action_space, spaces.Discrete) else ""
-            raise ValueError(f"{type(self).__name__} needs a {names} action space, got {action_space}{hint}")
+            hint = (": use DQN for Discrete actions" if isinstance(action_space, spaces.Discrete) else
+                    ": use SAC, TD3, DDPG, TQC or CrossQ for Box actions" if isinstance(action_space, spaces.Box) else "")
+            raise ActionSpaceError(f"{type(self).__name__} needs a {names} action space, got {action_space}{hint}")
         if isinstance(action_space, spaces.Box) and not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ValueError(f"{type(self).__name__} needs a bounded Box action space (finite low and high), got {action_space}")
+            raise ActionSpaceError(f"{type(self).__name__} needs a bounded Box action space (finite low and high), got "
+                                   f"{action_space}")
 
     def _make_replay_buffer(self) -> ReplayBuffer:
         kwargs = dict(self.replay_buffer_kwargs)
@@ -592,7 +619,10 @@ class OffPolicyAlgorithm:
             x = self.encoder.normalize(self.encoder.flatten_numpy(obs, self.device))
             with self.eval_mode():
                 actions = self._act(x, deterministic)
-        return actions.cpu().numpy()
+        actions = actions.cpu().numpy()
+        if self._reshape_actions:  # a Box of several dimensions: the networks' flat actions in its shape
+            actions = actions.reshape(actions.shape[0], *self.action_space.shape)
+        return actions
 
     @contextlib.contextmanager
     def _extractor_randomness(self, gradient_steps: int) -> Iterator[None]:
@@ -649,7 +679,7 @@ class OffPolicyAlgorithm:
         actions = self._unscale(self._policy_actions(obs, deterministic))
         if isinstance(self.action_space, spaces.Discrete):
             actions = actions.astype(np.int64)
-        return (actions if batched else actions[0]), state
+        return (actions if batched else actions[0, ...]), state  # one observation: an array, 0-d for Discrete (as SB3)
 
     def _check_observation(self, obs: Any, *, batched: bool = True) -> None:
         """Every entry the networks read is there, numeric, and shaped (batch, *its space's shape), with one batch
@@ -753,6 +783,8 @@ class OffPolicyAlgorithm:
             for _ in range(gradient_steps):
                 update(sample(batch_size))
                 self._n_updates += 1
+        if self.logger is not None:  # as SB3's train records it (the losses wait for log time)
+            self.logger.record("train/n_updates", self._n_updates)
         if self._n_updates >= self._next_loss_check:
             self.check_losses()
 
@@ -850,7 +882,8 @@ class OffPolicyAlgorithm:
         for name, class_name in self._assigned_optimizers.items():
             warnings.warn(f"model.policy.optimizer is an optimizer assigned by hand ({class_name}), which herl files "
                           f"never hold (it is code): the file keeps no {name!r} state, and the model loaded from it "
-                          "trains with herl's Adam, started anew; assign yours again after loading", UserWarning,
+                          "trains with its own optimizer (herl's Adam, or policy_kwargs' optimizer_class), started "
+                          "anew; assign yours again after loading", UserWarning,
                           stacklevel=2)
         write_model(self, path, verbose=keep_verbose)
 
@@ -880,11 +913,16 @@ class OffPolicyAlgorithm:
         ``print_system_info=True`` first prints this system's versions and those of the one that saved the file.
 
         ``overrides`` replace saved hyperparameters (e.g. ``learning_starts=0``); an unknown name is an
-        error. ``custom_objects`` (SB3's) replaces the entries the file holds and ignores the others, as
-        SB3 does (rl-zoo passes ``lr_schedule``, ``clip_range``, ... to every algorithm).
+        error; ``policy_kwargs=dict(...)`` replaces the entries it gives (a features extractor or optimizer class of
+        yours that the file names: ``policy_kwargs=dict(optimizer_class=TheClass)``). ``custom_objects`` (SB3's)
+        replaces the entries the file holds and ignores the others, as SB3 does (rl-zoo passes ``lr_schedule``,
+        ``clip_range``, ... to every algorithm).
         """
         from herl.io import model as model_file
+        from herl.training.config import remember_classes
 
+        if isinstance(overrides.get("policy_kwargs"), Mapping):
+            remember_classes(overrides["policy_kwargs"])
         if print_system_info:
             path = model_file.model_path(path, reading=True)  # a stream that cannot seek is read once, here
             model_file.print_system_info(path)
@@ -1042,14 +1080,15 @@ class Policy(nn.ModuleDict):
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        """The model's optimizer (SB3's ``policy.optimizer``): one Adam over every network that trains."""
+        """The model's optimizer (SB3's ``policy.optimizer``): one over every network that trains (herl's Adam, or
+        the class ``policy_kwargs`` name)."""
         return self._model.optimizers["optimizer"]
 
     @optimizer.setter
     def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Train with another torch optimizer from the next update on (SB3 code assigns one). It steps after each
-        backward pass in place of herl's Adam; parameters it does not hold stop learning. Files keep herl's optimizer
-        only (an optimizer is code): ``save`` warns, and a loaded model trains with a fresh Adam."""
+        backward pass in place of the model's own; parameters it does not hold stop learning. Files keep the model's
+        own optimizer only (an assigned one is code): ``save`` warns, and a loaded model trains with its own, anew."""
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"policy.optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}: build "
                             "it over model.policy.parameters(), e.g. torch.optim.Adam(model.policy.parameters())")

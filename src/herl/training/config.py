@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ConfigError, Rule, check, check_fields, integer, number
+from herl.errors import (BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ClassNotLoadedError, ConfigError, Rule, check, check_fields,
+                         integer, number)
 from herl.nn.extractors import BUILTIN_EXTRACTORS, extractor_class, extractor_name
 from herl.nn.mlp import ACTIVATIONS, AUTO_PRECISION, PRECISIONS
 
@@ -213,6 +214,13 @@ class PolicyConfig:
     """One extractor for the actor and the critics (trained by the actor's loss, as in SB3), instead of one each."""
     normalize_images: bool = True
     """An extractor reads ``uint8`` images scaled to [0, 1]."""
+    optimizer_class: str | None = None
+    """The optimizer by name (:mod:`herl.training.optimizers`: a ``torch.optim`` class such as ``"AdamW"``, or
+    ``"module:qualname"`` for one of the user's), or None for herl's Adam (one fused kernel per step where the device
+    has it). SB3's ``optimizer_class`` may be given as the class."""
+    optimizer_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the optimizer beside its step size (``learning_rate``), e.g. ``weight_decay``: JSON
+    values."""
 
     @property
     def actor_layer_norm(self) -> bool:
@@ -262,14 +270,15 @@ class PolicyConfig:
         precision = kwargs.pop("precision", "float32")
         layer_norm = kwargs.pop("layer_norm", False)
         features = _features_settings(kwargs)
+        optimizer = _optimizer_settings(kwargs)
         if kwargs.pop("use_sde", False):  # SB3 writes use_sde=False into policy_kwargs; only True is unsupported
             raise ValueError(SDE_REFUSAL)
         if kwargs:
             known = ["net_arch", "activation_fn", "n_critics", "precision", "layer_norm", *FEATURES_KWARGS,
-                     *option_defaults]
+                     "optimizer_class", "optimizer_kwargs", *option_defaults]
             raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: this algorithm reads {', '.join(known)}")
         return cls(_arch(actor, "net_arch"), _arch(critic, "net_arch"), activation, n_critics, options, precision,
-                   layer_norm, **features)
+                   layer_norm, **features, **optimizer)
 
     def __post_init__(self) -> None:
         for name in ("actor_arch", "critic_arch"):
@@ -291,6 +300,9 @@ class PolicyConfig:
                 "layer_norm": self.layer_norm, "features_extractor_class": self.features_extractor,
                 "features_extractor_kwargs": dict(self.features_extractor_kwargs),
                 "share_features_extractor": self.share_features_extractor, "normalize_images": self.normalize_images,
+                # herl's Adam leaves no entry, so files of models that keep it read as before
+                **({"optimizer_class": self.optimizer_class, "optimizer_kwargs": dict(self.optimizer_kwargs)}
+                   if self.optimizer_class is not None or self.optimizer_kwargs else {}),
                 **self.options}
 
 
@@ -312,23 +324,67 @@ def _features_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
             try:
                 extractor_class(given)
             except LookupError as err:
-                raise ValueError(f"policy_kwargs features_extractor_class={given!r}: {err}; herl's own are "
-                                 f"{sorted(BUILTIN_EXTRACTORS)}") from None
+                error = ClassNotLoadedError if isinstance(err, ClassNotLoadedError) else ValueError
+                raise error(f"policy_kwargs features_extractor_class={given!r}: {err}; herl's own are "
+                            f"{sorted(BUILTIN_EXTRACTORS)}") from None
             name = given
         else:
             raise TypeError(f"policy_kwargs features_extractor_class must be a class, a class name or None, got {given!r}")
         out["features_extractor"] = name
     if "features_extractor_kwargs" in kwargs:
-        extra = kwargs.pop("features_extractor_kwargs")
-        extra = {} if extra is None else extra
-        if not isinstance(extra, Mapping) or not all(isinstance(k, str) for k in extra) or not _is_json(extra):
-            raise TypeError("policy_kwargs features_extractor_kwargs must be a dict of JSON values (numbers, strings, "
-                            f"lists, dicts): the model file keeps them; got {extra!r}")
-        out["features_extractor_kwargs"] = dict(extra)
+        out["features_extractor_kwargs"] = _json_kwargs(kwargs, "features_extractor_kwargs")
     for name in ("share_features_extractor", "normalize_images"):
         if name in kwargs:
             out[name] = _plain(kwargs.pop(name), True)
     return out
+
+
+def remember_classes(policy_kwargs: Mapping[str, Any]) -> None:
+    """Name the classes ``policy_kwargs`` give (a features extractor's, an optimizer's), so that a model file naming
+    them finds them in this process: ``load(path, policy_kwargs=dict(optimizer_class=TheClass))``."""
+    from herl.training.optimizers import optimizer_name
+
+    for key, name in (("features_extractor_class", extractor_name), ("optimizer_class", optimizer_name)):
+        given = policy_kwargs.get(key)
+        if isinstance(given, type):
+            name(given)
+
+
+def _optimizer_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Pop SB3's ``optimizer_class`` (a class, remembered by name, or a name; None: herl's Adam) and
+    ``optimizer_kwargs`` (JSON values; None: none) from ``kwargs``, as :class:`PolicyConfig` fields."""
+    from herl.training.optimizers import optimizer_class, optimizer_name
+
+    out: dict[str, Any] = {}
+    if "optimizer_class" in kwargs:
+        given = kwargs.pop("optimizer_class")
+        if given is None or isinstance(given, str):
+            if given is not None:
+                try:
+                    optimizer_class(given)
+                except LookupError as err:
+                    error = ClassNotLoadedError if isinstance(err, ClassNotLoadedError) else ValueError
+                    raise error(f"policy_kwargs optimizer_class={given!r}: {err}") from None
+            out["optimizer_class"] = given
+        else:
+            out["optimizer_class"] = optimizer_name(given)
+    if "optimizer_kwargs" in kwargs:
+        extra = _json_kwargs(kwargs, "optimizer_kwargs")
+        for name, fix in (("lr", "learning_rate="), ("params", "nothing: the model passes its parameters")):
+            if name in extra:
+                raise ValueError(f"policy_kwargs optimizer_kwargs holds {name!r}: give {fix} instead")
+        out["optimizer_kwargs"] = dict(extra)
+    return out
+
+
+def _json_kwargs(kwargs: dict[str, Any], key: str) -> dict[str, Any]:
+    """Pop ``kwargs[key]``: keyword arguments a model file keeps, so JSON values (None: none)."""
+    extra = kwargs.pop(key)
+    extra = {} if extra is None else extra
+    if not isinstance(extra, Mapping) or not all(isinstance(k, str) for k in extra) or not _is_json(extra):
+        raise TypeError(f"policy_kwargs {key} must be a dict of JSON values (numbers, strings, lists, dicts): the "
+                        f"model file keeps them; got {extra!r}")
+    return dict(extra)
 
 
 def _is_json(value: Any) -> bool:

@@ -120,6 +120,12 @@ class Logger:
     def get_dir(self) -> str | None:
         return self.dir
 
+    @property
+    def name_to_value(self) -> dict[str, Any]:
+        """The values recorded since the last dump, by key (SB3's name), averaged for :meth:`record_mean`'s keys: a
+        copy (recording goes through :meth:`record`)."""
+        return {**self.values, **{k: float(np.mean(v)) for k, v in self._means.items()}}
+
     def dump(self, step: int = 0) -> None:
         values = {**self.values, **{k: float(np.mean(v)) for k, v in self._means.items()}}
         values = {k: (v.item() if hasattr(v, "item") else v) for k, v in values.items()}
