@@ -70,3 +70,19 @@ def test_box_actions_of_any_dtype_and_shape_train_predict_save_and_load(model_cl
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
     loaded.learn(30, reset_num_timesteps=False)
     assert all(torch.isfinite(p).all() for p in loaded.policy.parameters())
+
+
+@pytest.mark.parametrize("model_class", [TD3, DDPG])
+def test_exploration_noise_takes_the_box_shape_and_a_flat_one_is_refused_naming_it(model_class):
+    from herl import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+
+    env = gym.wrappers.TimeLimit(RecordingEnv(FLOAT32_OBS, FORMS["2x2"]), max_episode_steps=20)
+    for noise in (NormalActionNoise(np.zeros((2, 2)), 0.1 * np.ones((2, 2))),
+                  OrnsteinUhlenbeckActionNoise(np.zeros((2, 2)), 0.1 * np.ones((2, 2))),
+                  NormalActionNoise(0.0, 0.1)):
+        model = model_class("MlpPolicy", env, action_noise=noise, learning_starts=10, batch_size=8, seed=0,
+                            policy_kwargs=dict(net_arch=[8]))
+        model.learn(30)
+    with pytest.raises(ValueError, match=r"action_noise has shape \(4,\), the action space \(2, 2\): give mean and "
+                                         r"sigma shaped \(2, 2\)"):
+        model_class("MlpPolicy", env, action_noise=NormalActionNoise(np.zeros(4), np.ones(4)))

@@ -161,6 +161,7 @@ class OffPolicyAlgorithm:
         elif observation_space is None or action_space is None:
             raise ValueError("give an env, or observation_space and action_space for a model without one")
         self._check_spaces(observation_space, action_space)
+        _check_noise_shape(action_noise, action_space)
         self.observation_space = observation_space
         self.action_space = action_space
         self.n_envs = self.env.n_envs if self.env is not None else 1
@@ -955,6 +956,19 @@ class OffPolicyAlgorithm:
             buffer.n_steps, buffer.gamma = self.config.n_steps, self.config.gamma
         check_n_step_gamma(self, buffer)
         self.replay_buffer = buffer
+
+
+def _check_noise_shape(noise: ActionNoise | None, space: spaces.Space) -> None:
+    """A noise whose shape does not broadcast to the Box's would fail at the first noisy action, with numpy's words."""
+    if noise is None or not isinstance(space, spaces.Box):
+        return
+    try:
+        fits = np.broadcast_shapes(noise.mean.shape, space.shape) == space.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"action_noise has shape {noise.mean.shape}, the action space {space.shape}: give mean and sigma "
+                         f"shaped {space.shape} (one value per action dimension), or one number each")
 
 
 @functools.cache
