@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -65,3 +67,13 @@ def flush_denormals() -> Iterator[None]:
     finally:
         if not before:
             torch.set_flush_denormal(False)
+
+
+def loaded_class(name: str, base: type) -> type | None:
+    """The subclass of ``base`` that ``name`` (``module:qualname``) names among the modules this process has already
+    imported, or None. It never imports: a model file that names a class of the user's runs no code."""
+    module_name, _, qualname = name.partition(":")
+    found: Any = sys.modules.get(module_name)
+    for part in qualname.split(".") if found is not None and qualname else []:
+        found = getattr(found, part, None)
+    return found if isinstance(found, type) and issubclass(found, base) else None

@@ -25,7 +25,6 @@ The extractors here are SB3's (the same layers, and arguments of the same names 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from gymnasium import spaces
 from torch import nn
 
 from herl.errors import ClassNotLoadedError
+from herl.utils import loaded_class
 
 
 class ImageSpaceError(ValueError, AssertionError):
@@ -189,16 +189,12 @@ def extractor_class(name: str) -> type[nn.Module]:
         return BUILTIN_EXTRACTORS[name]
     if name in SEEN_EXTRACTORS:
         return SEEN_EXTRACTORS[name]
-    module_name, _, qualname = name.partition(":")
-    module = sys.modules.get(module_name)
-    found: Any = module
-    for part in qualname.split(".") if module is not None and qualname else []:
-        found = getattr(found, part, None)
-    if module is None or not isinstance(found, type) or not issubclass(found, nn.Module):
+    found = loaded_class(name, nn.Module)
+    if found is None:
         raise ClassNotLoadedError(
-            f"the features extractor class {name!r} is not loaded: import its module ({module_name}) before loading "
-            f"the model, or pass policy_kwargs=dict(features_extractor_class=TheClass) to load (model files hold no "
-            "code, so herl does not import it for you)")
+            f"the features extractor class {name!r} is not loaded: import its module ({name.partition(':')[0]}) before "
+            "loading the model, or pass policy_kwargs=dict(features_extractor_class=TheClass) to load (model files hold "
+            "no code, so herl does not import it for you)")
     return found
 
 

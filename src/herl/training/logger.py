@@ -127,8 +127,7 @@ class Logger:
         return {**self.values, **{k: float(np.mean(v)) for k, v in self._means.items()}}
 
     def dump(self, step: int = 0) -> None:
-        values = {**self.values, **{k: float(np.mean(v)) for k, v in self._means.items()}}
-        values = {k: (v.item() if hasattr(v, "item") else v) for k, v in values.items()}
+        values = {k: (v.item() if hasattr(v, "item") else v) for k, v in self.name_to_value.items()}
         if values:
             for output in self.outputs:
                 output.write(values, step)

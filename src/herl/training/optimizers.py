@@ -9,13 +9,13 @@ A model file names the class and never imports it: a ``torch.optim`` class by it
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from herl.errors import ClassNotLoadedError
+from herl.utils import loaded_class
 
 SEEN_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {}
 """Classes of the user's given to a model in this process, by the name files give them."""
@@ -47,13 +47,11 @@ def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
         raise LookupError(f"torch.optim has no optimizer {name!r}: use one of {known}, or a class of your own")
     if name in SEEN_OPTIMIZERS:
         return SEEN_OPTIMIZERS[name]
-    module_name, _, qualname = name.partition(":")
-    found = sys.modules.get(module_name)
-    for part in qualname.split(".") if found is not None else []:
-        found = getattr(found, part, None)
-    if not (isinstance(found, type) and issubclass(found, torch.optim.Optimizer)):
+    found = loaded_class(name, torch.optim.Optimizer)
+    if found is None:
         raise ClassNotLoadedError(
-            f"the optimizer class {name!r} is not loaded: import its module ({module_name}) before loading the model, "
+            f"the optimizer class {name!r} is not loaded: import its module ({name.partition(':')[0]}) before loading "
+            "the model, "
             "or pass policy_kwargs=dict(optimizer_class=TheClass) to load (model files hold no code, so herl does not "
             "import it for you)")
     return found
