@@ -258,6 +258,16 @@ def test_a_model_with_another_optimizer_class_saves_loads_and_trains_on(algo: st
     round_trip_of(model, lambda: make_env(case), device, tmp_path)
 
 
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_a_model_with_linear_networks_saves_loads_and_trains_on(algo: str, tmp_path: Path):
+    """SB3's ``net_arch=[]``: actor and critics (DQN: its Q-network) without a hidden layer."""
+    case = Case(algo, "goal", "her", True, 1, "float32", False)
+    model = ALGOS[algo]("MultiInputPolicy", make_env(case), learning_starts=10, batch_size=8, buffer_size=300, seed=3,
+                        gamma=0.9, replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=buffer_kwargs(case, None),
+                        policy_kwargs=dict(net_arch=[]))
+    round_trip_of(model, lambda: make_env(case), "cpu", tmp_path)
+
+
 @pytest.mark.parametrize("algo", ["SAC", "TD3", "TQC", "CrossQ"])
 def test_a_model_with_a_float64_box_of_several_dimensions_saves_loads_and_trains_on(algo: str, tmp_path: Path):
     from tests.algorithms.test_action_space_forms import FLOAT32_OBS, FORMS, RecordingEnv
