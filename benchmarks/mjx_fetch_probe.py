@@ -10,9 +10,9 @@ are the printed rate / 20.
     python benchmarks/mjx_fetch_probe.py --device cuda --n-envs 1024 4096
     python benchmarks/mjx_fetch_probe.py --n-envs 1 --steps 5            # on the CPU (slow: seconds per step)
 
-Measured on a 2-core AMD EPYC (CPU, 2026-11-27): 15 s to compile and 15 ms per physics step with 1 env; 23 s and
-2.9 s per step with 64 envs, so the CPU cannot train on it; the GPU figure decides whether herl builds a Fetch-arm task
-on MJX.
+Measured on a 2-core AMD EPYC (CPU, 2026-11-27, ``--n-envs 1 64 --steps 3``): 15.6 s to compile and 8.5 ms per
+physics step with 1 env; 22.4 s and 2.93 s per step with 64 envs, so the CPU cannot train on it; the GPU figure
+decides whether herl builds a Fetch-arm task on MJX.
 """
 
 from __future__ import annotations
