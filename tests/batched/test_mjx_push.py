@@ -98,3 +98,24 @@ def test_keeps_the_interface_on_cuda_with_every_tensor_there():
     step = env.step(torch.zeros(8, 2, device="cuda"))
     for tensor in (*obs.values(), *step.final_obs.values(), step.reward, step.truncated):
         assert tensor.device.type == "cuda"
+
+
+@pytest.mark.parametrize("user_flags, expected", [
+    (None, "--xla_gpu_enable_command_buffer="),
+    ("--xla_dump_to=/tmp/x", "--xla_dump_to=/tmp/x --xla_gpu_enable_command_buffer="),
+    ("--xla_gpu_enable_command_buffer=FUSION", "--xla_gpu_enable_command_buffer=FUSION"),
+])
+def test_jax_imported_by_herl_replays_no_cuda_command_buffers(user_flags, expected):
+    """With them, MJX's compiled step fails on a GPU once its inputs are PyTorch's memory; a user's own choice of the
+    flag is kept, and their other flags too."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if user_flags is not None:
+        env["XLA_FLAGS"] = user_flags
+    code = ("import os, sys; from herl.batched.mjx_push import import_mjx; assert 'jax' not in sys.modules; "
+            "import_mjx(); print(os.environ['XLA_FLAGS'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == expected

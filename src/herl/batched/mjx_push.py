@@ -17,6 +17,7 @@ import functools
 import io
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,11 +61,22 @@ table's 2)."""
 _OBS_DIM = 20
 
 
+_COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer"
+
+
 def import_mjx() -> tuple[Any, Any, Any]:
-    """``(jax, jax.numpy, mujoco.mjx)``, with JAX told not to take most of a GPU's memory at start (it shares the
-    GPU with PyTorch here); ``ImportError`` naming the package to install when MJX is missing."""
+    """``(jax, jax.numpy, mujoco.mjx)``; ``ImportError`` naming the package to install when MJX is missing.
+
+    When JAX is not imported yet, two settings are made for it (each unless the user made it): it does not take most
+    of a GPU's memory at start (it shares the GPU with PyTorch here), and it replays no CUDA command buffers
+    (``XLA_FLAGS=--xla_gpu_enable_command_buffer=``). With them, XLA's compiled step fails on an H100 once its
+    inputs are PyTorch's memory ("Failed to set memcpy D2D node params: CUDA_ERROR_INVALID_VALUE").
+    """
     if "jax" not in sys.modules:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        flags = os.environ.get("XLA_FLAGS", "")
+        if _COMMAND_BUFFER_FLAG not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} {_COMMAND_BUFFER_FLAG}=".strip()
     try:
         import jax
         import jax.numpy as jnp
@@ -96,6 +108,11 @@ def jax_device(jax: Any, device: torch.device) -> Any:
         except RuntimeError as err:
             raise ValueError(f"{_OWNER} on {device}: this JAX has no CUDA backend ({err}); install JAX with CUDA "
                              "(pip install 'jax[cuda13]', the CUDA of your driver) or use device='cpu'") from err
+        if _COMMAND_BUFFER_FLAG not in os.environ.get("XLA_FLAGS", ""):
+            warnings.warn(f"{_OWNER} on {device}: JAX was imported before herl could turn off its CUDA command "
+                          "buffers, with which MJX's step can fail on PyTorch's memory (\"Failed to set memcpy D2D "
+                          f"node params\"); set XLA_FLAGS={_COMMAND_BUFFER_FLAG}= before JAX is imported",
+                          RuntimeWarning, stacklevel=3)
     raise ValueError(f"{_OWNER} runs on 'cpu' or 'cuda' devices, got {device}")
 
 
