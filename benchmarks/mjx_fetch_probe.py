@@ -20,22 +20,17 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def fetch_push_model():
-    import gymnasium_robotics
+    """The model herl's MJXFetchPush steps (herl.batched.mjx_fetch), and the names of the geoms that still collide."""
     import mujoco
 
-    path = Path(gymnasium_robotics.__file__).parent / "envs" / "assets" / "fetch" / "push.xml"
-    model = mujoco.MjModel.from_xml_path(str(path))
-    mesh = model.geom_type == mujoco.mjtGeom.mjGEOM_MESH
-    model.geom_contype[mesh] = 0
-    model.geom_conaffinity[mesh] = 0
-    model.geom_margin[:] = 0
-    model.geom_gap[:] = 0
+    from herl.batched.mjx_fetch import fetch_push_model as filtered
+
+    model = filtered()
     colliding = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, i) or f"geom {i}"
                  for i in range(model.ngeom) if model.geom_contype[i] or model.geom_conaffinity[i]]
     return model, colliding

@@ -9,7 +9,8 @@ tensor operations rather than a Python call per env.
 - :class:`BatchedPointReach` and :class:`BatchedBitFlipping`: the batched twins of herl's PointReach and bit flipping
   envs, giving the same numbers to the bit; :class:`BatchedPush`: a pusher moving a puck to a goal in the plane,
   HER's object-goal setting without a physics engine; :class:`MJXPush`: a cube pushed over a table in MuJoCo MJX
-  (contacts and friction, every env one MJX simulation; needs ``mujoco-mjx``);
+  (contacts and friction, every env one MJX simulation; needs ``mujoco-mjx``); :class:`MJXFetchPush`: FetchPush with
+  Fetch's arm in MuJoCo MJX (gymnasium-robotics' model; FetchPush's observations, starts and goals);
 - :func:`check_batched_goal_env`: checks that an env keeps the interface's promises;
 - :class:`BatchedHerBuffer`: HER replay on the device, fed one step of every env at a time;
 - :class:`BatchedTrainer`: trains any herl algorithm on a batched env, and saves and resumes the whole run.
@@ -21,6 +22,7 @@ from herl.batched.bit_flipping import BatchedBitFlipping
 from herl.batched.buffer import BatchedHerBuffer
 from herl.batched.checks import check_batched_goal_env
 from herl.batched.env import BatchedGoalEnv, BatchedStep
+from herl.batched.mjx_fetch import MJXFetchPush
 from herl.batched.mjx_push import MJXPush
 from herl.batched.point_reach import BatchedPointReach
 from herl.batched.push import BatchedPush
@@ -35,6 +37,7 @@ __all__ = [
     "BatchedSettings",
     "BatchedStep",
     "BatchedTrainer",
+    "MJXFetchPush",
     "MJXPush",
     "check_batched_goal_env",
 ]

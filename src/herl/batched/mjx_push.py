@@ -12,21 +12,15 @@ does not import JAX, building an env does.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
-import os
-import sys
-import warnings
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from herl.batched.env import (BatchedStep, TensorStateEnv, check_actions, check_goal_shape, new_generator,
-                              require_reset, reseed, resolve_device)
+from herl.batched.env import resolve_device
+from herl.batched.mjx import MJXGoalEnv, import_mjx
 from herl.errors import POSITIVE_INT, check, number
 
 _OWNER = "MJXPush"
@@ -61,62 +55,7 @@ table's 2)."""
 _OBS_DIM = 20
 
 
-_COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer"
-
-
-def import_mjx() -> tuple[Any, Any, Any]:
-    """``(jax, jax.numpy, mujoco.mjx)``; ``ImportError`` naming the package to install when MJX is missing.
-
-    When JAX is not imported yet, two settings are made for it (each unless the user made it): it does not take most
-    of a GPU's memory at start (it shares the GPU with PyTorch here), and it replays no CUDA command buffers
-    (``XLA_FLAGS=--xla_gpu_enable_command_buffer=``). With them, XLA's compiled step fails on an H100 once its
-    inputs are PyTorch's memory ("Failed to set memcpy D2D node params: CUDA_ERROR_INVALID_VALUE").
-    """
-    if "jax" not in sys.modules:
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        flags = os.environ.get("XLA_FLAGS", "")
-        if _COMMAND_BUFFER_FLAG not in flags:
-            os.environ["XLA_FLAGS"] = f"{flags} {_COMMAND_BUFFER_FLAG}=".strip()
-    try:
-        import jax
-        import jax.numpy as jnp
-        import mujoco
-
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):  # MJX prints that its optional Warp backend is missing
-            from mujoco import mjx
-        for line in printed.getvalue().splitlines():
-            if not line.startswith(("Failed to import warp", "Failed to import mujoco_warp")):
-                print(line)
-    except ImportError as err:
-        try:
-            import mujoco
-            version = f"=={mujoco.__version__}"
-        except ImportError:
-            version = ""
-        raise ImportError(f"{_OWNER} needs MuJoCo's JAX backend: pip install mujoco-mjx{version} ({err})") from err
-    return jax, jnp, mjx
-
-
-def jax_device(jax: Any, device: torch.device) -> Any:
-    """The JAX device that is ``device``: the CPU, or the CUDA GPU of the same index."""
-    if device.type == "cpu":
-        return jax.devices("cpu")[0]
-    if device.type == "cuda":
-        try:
-            return jax.devices("cuda")[device.index or 0]
-        except RuntimeError as err:
-            raise ValueError(f"{_OWNER} on {device}: this JAX has no CUDA backend ({err}); install JAX with CUDA "
-                             "(pip install 'jax[cuda13]', the CUDA of your driver) or use device='cpu'") from err
-        if _COMMAND_BUFFER_FLAG not in os.environ.get("XLA_FLAGS", ""):
-            warnings.warn(f"{_OWNER} on {device}: JAX was imported before herl could turn off its CUDA command "
-                          "buffers, with which MJX's step can fail on PyTorch's memory (\"Failed to set memcpy D2D "
-                          f"node params\"); set XLA_FLAGS={_COMMAND_BUFFER_FLAG}= before JAX is imported",
-                          RuntimeWarning, stacklevel=3)
-    raise ValueError(f"{_OWNER} runs on 'cpu' or 'cuda' devices, got {device}")
-
-
-class MJXPush(TensorStateEnv):
+class MJXPush(MJXGoalEnv):
     """``n_envs`` pushers on tables, each pushing a cube to within ``distance_threshold`` of its goal, in MuJoCo MJX.
 
     At each reset the pusher starts at the table's centre, the cube at a distance of 8 to 15 cm from it in a uniformly
@@ -144,7 +83,7 @@ class MJXPush(TensorStateEnv):
     """
 
     owner = _OWNER
-    state_names = ("goal",)
+    achieved = slice(4, 7)
 
     def __init__(self, *, n_envs: int, max_speed: float = 1.0, substeps: int = 5, distance_threshold: float = 0.05,
                  max_episode_steps: int = 50, device: torch.device | str = "cpu") -> None:
@@ -170,68 +109,12 @@ class MJXPush(TensorStateEnv):
         })
         self.single_action_space = spaces.Box(low=-1.0, high=1.0, shape=(2,), dtype=np.float32)
 
-        self._jax, self._jnp, _ = import_mjx()
-        self._jax_device = jax_device(self._jax, self.device)
+        self._start_mjx()
         self._step_fn, blank = _simulation(self.n_envs, self._jax_device)
-        self._data = self._jax.tree_util.tree_map(
-            lambda leaf: self._jnp.broadcast_to(leaf, (self.n_envs, *leaf.shape)), blank)
-        self._treedef = self._jax.tree_util.tree_structure(self._data)
-        self._leaf_names = [_leaf_name(path) for path, _ in self._jax.tree_util.tree_flatten_with_path(self._data)[0]]
+        self._set_data(self._jax.tree_util.tree_map(
+            lambda leaf: self._jnp.broadcast_to(leaf, (self.n_envs, *leaf.shape)), blank))
 
-        self._generator = new_generator(self.device)
-        self._goal = torch.zeros((self.n_envs, 3), dtype=torch.float32, device=self.device)
-        self._elapsed = torch.zeros(self.n_envs, dtype=torch.int64, device=self.device)
-        self._started = False
-
-    # ----------------------------------------------------------------------------------------------------------------
-    # The interface
-
-    def reset(self, seed: int | None = None) -> dict[str, torch.Tensor]:
-        reseed(_OWNER, self._generator, seed)
-        qpos, self._goal = self._draw_starts()
-        everyone = torch.ones(self.n_envs, dtype=torch.bool, device=self.device)
-        zero_ctrl = torch.zeros((self.n_envs, 2), dtype=torch.float32, device=self.device)
-        # a step of no simulation: every env takes its start (the step function's reset path)
-        self._data, _, obs = self._step_fn(self._data, self._to_jax(zero_ctrl), self._to_jax(qpos),
-                                           self._to_jax(everyone), 0)
-        self._elapsed = torch.zeros(self.n_envs, dtype=torch.int64, device=self.device)
-        self._started = True
-        return self._observe(obs, self._goal)
-
-    def step(self, actions: torch.Tensor) -> BatchedStep:
-        require_reset(_OWNER, self._started)
-        check_actions(_OWNER, actions, (self.n_envs, 2), self.device, integer=False)
-        ctrl = actions.to(torch.float32).clamp(-1.0, 1.0) * self.max_speed
-        elapsed = self._elapsed + 1
-        truncated = elapsed >= self.max_episode_steps
-        qpos, fresh_goal = self._draw_starts()
-        self._data, final, obs = self._step_fn(self._data, self._to_jax(ctrl.contiguous()), self._to_jax(qpos),
-                                               self._to_jax(truncated), self.substeps)
-        final_obs = self._observe(final, self._goal)
-        success = self._success(final_obs["achieved_goal"], self._goal)
-        reward = success.to(torch.float32) - 1.0
-        terminated = torch.zeros_like(success)
-        self._goal = torch.where(truncated[:, None], fresh_goal, self._goal)
-        self._elapsed = elapsed.masked_fill(truncated, 0)
-        return BatchedStep(self._observe(obs, self._goal), final_obs, reward, terminated, truncated, success)
-
-    def compute_reward(self, achieved_goal: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
-        """0.0 with the cube within ``distance_threshold`` of the desired goal, else -1.0; goals ``(..., 3)`` give
-        float32 rewards ``(...)`` (the function ``step`` uses)."""
-        check_goal_shape(f"{_OWNER}.compute_reward", achieved_goal, desired_goal, 3)
-        return self._success(achieved_goal, desired_goal).to(torch.float32) - 1.0
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The arrays of every env's MJX simulation state (``data.qpos``, ``data.qvel``, ...) beside the goals,
-        the step counters and the generator."""
-        leaves = self._jax.tree_util.tree_leaves(self._data)
-        return {**{f"data.{name}": torch.from_dlpack(leaf).clone() for name, leaf in zip(self._leaf_names, leaves)},
-                **super().state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        super().load_state_dict(state)  # checks every key, the simulation's too
-        leaves = [self._to_jax(state[f"data.{name}"].to(self.device)) for name in self._leaf_names]
-        self._data = self._jax.tree_util.tree_unflatten(self._treedef, leaves)
+        self._start_state()
 
     # ----------------------------------------------------------------------------------------------------------------
     # Pieces
@@ -248,16 +131,13 @@ class MJXPush(TensorStateEnv):
         goal = torch.stack([0.3 * draws[:, 2] - 0.15, 0.3 * draws[:, 3] - 0.15, height], dim=1)
         return qpos, goal
 
-    def _to_jax(self, tensor: torch.Tensor) -> Any:
-        return self._jax.device_put(self._jnp.from_dlpack(tensor.contiguous()), self._jax_device)
+    def _control(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions * self.max_speed
 
-    def _observe(self, obs: Any, goal: torch.Tensor) -> dict[str, torch.Tensor]:
-        observation = torch.from_dlpack(obs)
-        return {"observation": observation, "achieved_goal": observation[:, 4:7].clone(), "desired_goal": goal.clone()}
-
-    def _success(self, achieved_goal: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
-        difference = achieved_goal.to(torch.float32) - desired_goal.to(torch.float32)
-        return difference.square().sum(dim=-1) <= self.distance_threshold * self.distance_threshold
+    def _simulate(self, control: torch.Tensor, start: torch.Tensor, reset: torch.Tensor, *,
+                  simulate: bool) -> tuple[Any, Any, Any]:
+        return self._step_fn(self._data, self._to_jax(control), self._to_jax(start), self._to_jax(reset),
+                             self.substeps if simulate else 0)
 
 
 @functools.cache
@@ -270,7 +150,7 @@ def _simulation(n_envs: int, device: Any) -> tuple[Any, Any]:
     rest); it returns the new data and the observations before the resets and after."""
     import mujoco
 
-    jax, jnp, mjx = import_mjx()
+    jax, jnp, mjx = import_mjx(_OWNER)
     with jax.default_device(device):
         model = mjx.put_model(mujoco.MjModel.from_xml_string(SCENE), device=device)
         blank = mjx.make_data(model, device=device)
@@ -294,8 +174,3 @@ def _simulation(n_envs: int, device: Any) -> tuple[Any, Any]:
         return merged, observe(stepped), observe(merged)
 
     return jax.jit(step), blank
-
-
-def _leaf_name(path: tuple[Any, ...]) -> str:
-    """``qpos``, ``contact.dist``, ...: a data leaf's path as dotted attribute names."""
-    return ".".join(str(next(getattr(key, a) for a in ("name", "key", "idx") if hasattr(key, a))) for key in path)

@@ -16,6 +16,7 @@ import torch
 
 from herl.batched.bit_flipping import BatchedBitFlipping
 from herl.batched.env import BatchedGoalEnv
+from herl.batched.mjx_fetch import MJXFetchPush
 from herl.batched.mjx_push import MJXPush
 from herl.batched.point_reach import BatchedPointReach
 from herl.batched.push import BatchedPush
@@ -25,6 +26,7 @@ BATCHED_ENVS: dict[str, type[BatchedGoalEnv]] = {
     "herl/BatchedBitFlipping-v0": BatchedBitFlipping,
     "herl/BatchedPush-v0": BatchedPush,
     "herl/MJXPush-v0": MJXPush,
+    "herl/MJXFetchPush-v0": MJXFetchPush,
 }
 """Each batched env id and its class."""
 
