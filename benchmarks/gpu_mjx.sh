@@ -7,7 +7,7 @@
 #   3. MJXPush (herl/MJXPush-v0) with 2,048 envs and 1/32 update per env step at batch 2,048, seed 0: when it passed
 #      0.9 (the mjx_push preset itself, 256 envs, was measured: docs/batched.md).
 # Prints the throughput table, then one line per run with the first evaluation at >= 0.9 and the evaluation curve.
-# About 8 minutes on an H100.
+# At most 8 minutes on an H100 (each part has its time limit).
 #
 # Usage, from the repository root: bash benchmarks/gpu_mjx.sh [OUT_DIR]   (default $OUT, else /tmp/gpu_mjx)
 # Needs mujoco, mujoco-mjx, trimesh and gymnasium-robotics; a machine without them takes them from .whl/
@@ -20,8 +20,8 @@ GPU_NEEDS="mujoco.mjx, gymnasium, gymnasium_robotics" source benchmarks/gpu_env.
 export PYTHONWARNINGS=ignore
 quiet() { grep -v -e "^Failed to import" -e "^AdroitHand"; }
 echo "== MJXFetchPush throughput"
-timeout 150 "$PY" benchmarks/batched_throughput.py --env herl/MJXFetchPush-v0 --device cuda --n-envs 4096 \
-    --steps 400000 --warmup 81920 --batch-size 1024 --updates-per-step 0.0625 --net-arch 256 256 256 2>&1 | quiet
+timeout 120 "$PY" benchmarks/batched_throughput.py --env herl/MJXFetchPush-v0 --device cuda --n-envs 4096 \
+    --steps 245760 --warmup 40960 --batch-size 1024 --updates-per-step 0.0625 --net-arch 256 256 256 2>&1 | quiet
 echo "== mjx_fetch_push preset, seed 0, up to 4 minutes"
 timeout 240 "$PY" -m herl train --env herl/MJXFetchPush-v0 --device cuda --seed 0 --progress off --set compile=true \
     --set eval.freq=61440 --run-dir "$OUT_DIR/fetch" 2>&1 | quiet | tail -4
