@@ -588,7 +588,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise CLIError(f"{item.path} is not in a run folder, so its env is unknown: pass --env ID")
         if args.env is None:
             _confirm_env_module(env_id, item.path)
-        kwargs = {**item.env_kwargs, **env_kwargs}
+        # the run's env settings are its env's: another env named with --env takes only the --set ones
+        kwargs = {**(item.env_kwargs if env_id == item.env else {}), **env_kwargs}
         if _batched_id(env_id):
             from herl.run.batched import evaluate_model
 

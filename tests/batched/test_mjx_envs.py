@@ -85,6 +85,9 @@ def test_herl_train_runs_it_with_its_preset(case: Case, tmp_path):
     assert config["preset"] == case.preset
     assert config["batched"]["updates_per_step"] == case.preset_updates_per_step
     assert (tmp_path / "run" / "seed_0" / "model.zip").exists()
+    if case is FETCH:  # the model acts in gymnasium-robotics' FetchPush-v4 as it is (its gymnasium twin)
+        assert main(["eval", str(tmp_path / "run"), "--env", "FetchPush-v4", "--episodes", "2"]) == 0
+        assert main(["eval", str(tmp_path / "run"), "--video", str(tmp_path / "x.mp4")]) == 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -137,6 +137,31 @@ def test_eval_plays_one_episode_in_each_of_as_many_envs(whole: Path, capsys: pyt
     assert "herl/PointReach-v0" in capsys.readouterr().err  # the gymnasium twin that renders
 
 
+def test_a_model_acts_where_observations_have_its_keys_and_shapes() -> None:
+    """Dtypes and bounds may differ (a batched env's float32 goals against gymnasium-robotics' unbounded float64
+    ones); keys, shapes and the action space may not."""
+    import gymnasium as gym
+    import numpy as np
+
+    from herl.run.errors import CLIError
+    from herl.run.evaluate import check_spaces_fit
+
+    def observations(dtype, dim=25, high=np.inf):
+        return gym.spaces.Dict({"observation": gym.spaces.Box(-np.inf, np.inf, (dim,), dtype),
+                                "achieved_goal": gym.spaces.Box(-np.inf, np.inf, (3,), dtype),
+                                "desired_goal": gym.spaces.Box(-high, high, (3,), dtype)})
+
+    actions = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    model = OffPolicyAlgorithm.__new__(OffPolicyAlgorithm)
+    model.observation_space, model.action_space = observations(np.float32, high=1.5), actions
+    check_spaces_fit(model, observations(np.float64), actions, "twin")
+    for obs_space, action_space in [(observations(np.float64, dim=26), actions),
+                                    (observations(np.float32), gym.spaces.Box(-1.0, 1.0, (3,), np.float32)),
+                                    (observations(np.float32), gym.spaces.Box(-2.0, 2.0, (4,), np.float32))]:
+        with pytest.raises(CLIError, match="the model was not trained on other"):
+            check_spaces_fit(model, obs_space, action_space, "other")
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

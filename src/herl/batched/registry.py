@@ -30,9 +30,9 @@ BATCHED_ENVS: dict[str, type[BatchedGoalEnv]] = {
 }
 """Each batched env id and its class."""
 
-GYMNASIUM_TWINS = {"herl/BatchedPointReach-v0": "herl/PointReach-v0"}
-"""The gymnasium env of the same spaces (with the default settings) as a batched one, where there is one: a model
-trained on the batched env acts in it as it is (``herl eval --env ... --video``)."""
+GYMNASIUM_TWINS = {"herl/BatchedPointReach-v0": "herl/PointReach-v0", "herl/MJXFetchPush-v0": "FetchPush-v4"}
+"""The gymnasium env whose observations (the same keys and shapes, with the default settings) and actions a model
+trained on a batched one reads, where there is one: the model acts in it as it is (``herl eval --env ... --video``)."""
 
 _RUN_ARGUMENTS = ("n_envs", "device")
 """Constructor arguments the run sets itself, never the env settings."""

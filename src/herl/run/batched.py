@@ -38,7 +38,7 @@ from herl.run.checkpoint import CHECKPOINTS, LATEST, MODEL_FILE, Checkpoint, ato
     latest_checkpoint, remove_partial_checkpoints, share_like_new_files
 from herl.run.config import TrainConfig, algorithm_class
 from herl.run.errors import CLIError, Interrupted
-from herl.run.evaluate import EvalResult
+from herl.run.evaluate import EvalResult, check_spaces_fit
 from herl.run.folders import CONFIG_FILE, SUMMARY_FILE, read_config
 from herl.run.progress import Progress
 from herl.run.runlog import RunLogger, open_run_logger
@@ -185,9 +185,7 @@ def evaluate_model(model: Any, env_id: str, env_kwargs: Mapping[str, Any], *, ep
                    seed: int, name: str) -> EvalResult:
     """``herl eval`` of a model trained on a batched env: one episode in each of ``episodes`` envs."""
     env = make_env(env_id, env_kwargs, episodes, model.device)
-    if env.single_observation_space != model.observation_space or env.single_action_space != model.action_space:
-        raise CLIError(f"the model was not trained on {env_id}: its spaces differ from the env's (observation "
-                       f"{model.observation_space} vs {env.single_observation_space}); pass the right --env")
+    check_spaces_fit(model, env.single_observation_space, env.single_action_space, env_id)
     returns, lengths, successes = play_episodes(model, env, seed=seed, deterministic=deterministic)
     return EvalResult(name, model.num_timesteps, episodes, float(np.mean(successes)), float(np.mean(returns)),
                       float(np.std(returns)), float(np.mean(lengths)))

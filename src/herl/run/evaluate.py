@@ -108,9 +108,29 @@ def evaluate(model: Any, env_id: str, env_kwargs: dict[str, Any], *, episodes: i
 
 
 def _check_spaces(model: Any, env: Any, env_id: str) -> None:
-    if env.observation_space != model.observation_space or env.action_space != model.action_space:
+    check_spaces_fit(model, env.observation_space, env.action_space, env_id)
+
+
+def check_spaces_fit(model: Any, observation_space: Any, action_space: Any, env_id: str) -> None:
+    """``CLIError`` unless ``model`` can act in an env of these spaces: the same action space, and observations of the
+    same keys and shapes. Their dtypes and bounds may differ, so that a model trained on a batched env (float32
+    observations, the goals' bounds) acts in its gymnasium twin (gymnasium-robotics' float64 and unbounded ones)."""
+    if _layout(observation_space) != _layout(model.observation_space) or action_space != model.action_space:
         raise CLIError(f"the model was not trained on {env_id}: its spaces differ from the env's (observation "
-                       f"{model.observation_space} vs {env.observation_space}); pass the right --env")
+                       f"{model.observation_space} vs {observation_space}; action {model.action_space} vs "
+                       f"{action_space}); pass the right --env")
+
+
+def _layout(space: Any) -> Any:
+    """What a model reads of an observation space: the keys of a ``Dict`` and each ``Box``'s shape; other spaces as
+    they are."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return {key: _layout(sub) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Box):
+        return ("Box", tuple(space.shape))
+    return space
 
 
 def record_video(model: Any, env_id: str, env_kwargs: dict[str, Any], path: Path, *, episodes: int,
