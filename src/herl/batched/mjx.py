@@ -89,7 +89,7 @@ class MJXGoalEnv(TensorStateEnv):
 
     A subclass sets ``n_envs``, ``device``, ``distance_threshold``, ``max_episode_steps``, its spaces and
     :attr:`achieved`, calls :meth:`_start_mjx`, then :meth:`_set_data` and :meth:`_start_state`, and defines
-    :meth:`_draw_starts`, :meth:`_control` and :meth:`_simulate`.
+    :meth:`_draw_starts` and :meth:`_simulate` (and :meth:`_control` where actions are scaled).
     """
 
     state_names = ("goal",)
@@ -176,8 +176,8 @@ class MJXGoalEnv(TensorStateEnv):
         raise NotImplementedError
 
     def _control(self, actions: torch.Tensor) -> torch.Tensor:
-        """What the simulation takes from actions clipped to ``[-1, 1]``."""
-        raise NotImplementedError
+        """What the simulation takes from actions clipped to ``[-1, 1]``: by default, the actions."""
+        return actions
 
     def _simulate(self, control: torch.Tensor, start: torch.Tensor, reset: torch.Tensor, *,
                   simulate: bool) -> tuple[Any, Any, Any]:

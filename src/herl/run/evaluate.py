@@ -98,17 +98,13 @@ def evaluate(model: Any, env_id: str, env_kwargs: dict[str, Any], *, episodes: i
 
     env = make_env(env_id, env_kwargs)
     try:
-        _check_spaces(model, env, env_id)
+        check_spaces_fit(model, env.observation_space, env.action_space, env_id)
         rewards, lengths, successes = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=deterministic,
                                                       return_episode_rewards=True, return_success_rate=True, seed=seed)
     finally:
         env.close()
     return EvalResult(name, model.num_timesteps, len(rewards), float(np.mean(successes)) if successes else None, float(np.mean(rewards)),
                       float(np.std(rewards)), float(np.mean(lengths)))
-
-
-def _check_spaces(model: Any, env: Any, env_id: str) -> None:
-    check_spaces_fit(model, env.observation_space, env.action_space, env_id)
 
 
 def check_spaces_fit(model: Any, observation_space: Any, action_space: Any, env_id: str) -> None:
@@ -158,7 +154,7 @@ def record_video(model: Any, env_id: str, env_kwargs: dict[str, Any], path: Path
         return f"no video: {env_id} cannot render rgb_array frames ({type(err).__name__}: {err})"
     frames = []
     try:
-        _check_spaces(model, env, env_id)
+        check_spaces_fit(model, env.observation_space, env.action_space, env_id)
         obs, _ = env.reset(seed=seed)
         for _ in range(episodes):
             frames.append(env.render())
