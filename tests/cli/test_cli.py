@@ -149,6 +149,26 @@ def _eval_rows(run: Path) -> list[tuple[str, str]]:
         return [(r["time/total_timesteps"], r["eval/mean_reward"]) for r in csv.DictReader(f) if r["eval/mean_reward"]]
 
 
+def test_the_many_envs_push_preset_trains_and_resumes_exactly(tmp_path: Path) -> None:
+    """fetch_push_many_envs, scaled down (4 envs, tiny networks): several envs stepped per round and several updates
+    per round; a run extended with --resume ends with the weights of a run never stopped."""
+    pytest.importorskip("gymnasium_robotics")
+    args = ["--env", "FetchPush-v4", "--preset", "fetch_push_many_envs", "--n-envs", "4", "--threads", "1",
+            "--progress", "off", "--set", "learning_starts=40", "--set", "batch_size=16", "--set", "gradient_steps=3",
+            "--set", "policy.net_arch=[16,16]", "--set", "eval.freq=80", "--set", "eval.episodes=1",
+            "--set", "checkpoint.freq=80"]
+    assert herl("train", *args, "--timesteps", "160", "--run-dir", tmp_path / "whole") == 0
+    assert herl("train", *args, "--timesteps", "80", "--run-dir", tmp_path / "parts") == 0
+    assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "160", "--progress", "off") == 0
+    whole, parts = (OffPolicyAlgorithm.load(tmp_path / name / "seed_0" / "model.zip") for name in ("whole", "parts"))
+    assert whole.num_timesteps == parts.num_timesteps == 160
+    assert whole._n_updates == parts._n_updates == 3 * (160 - 40) // 4
+    for name, state in whole.get_parameters().items():
+        for key, tensor in state.items():
+            if torch.is_tensor(tensor):
+                assert torch.equal(tensor, parts.get_parameters()[name][key]), f"{name}.{key}"
+
+
 def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path, tmp_path: Path) -> None:
     assert herl("train", *TINY, "--run-dir", tmp_path) == 0
     before = (tmp_path / "seed_0" / "model.zip").stat().st_mtime_ns

@@ -123,6 +123,21 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
                                             "renorm_warmup_steps": 10_000})
 
 
+def test_fetch_push_many_envs_is_the_recipe_measured_and_chosen_by_name_only() -> None:
+    """docs/benchmarks.md "FetchPush-v4 with 1,024 envs in one process": 1,024 envs in one process, 64 updates of
+    batch 1,024 after each step of all of them, plain TQC + HER; FetchPush-v4 alone still gets fetch_push."""
+    preset = get_preset("fetch_push_many_envs")
+    c = build_config(algo=preset.algo, env="FetchPush-v4", seed=0, goal_env=True, preset=preset.name,
+                     layers=preset.layers(preset.algo))
+    assert (c.algo, c.n_envs, c.vector_env, c.timesteps, c.threads) == ("tqc", 1024, "sync", 409_600, 2)
+    hp = c.hyperparameters
+    assert (hp["train_freq"], hp["gradient_steps"], hp["batch_size"], hp["learning_starts"]) == (1, 64, 1024, 20_480)
+    assert hp["clip_target"] is True and "n_steps" not in hp and c.env_kwargs == {}
+    assert (c.her.strategy, c.her.n_sampled_goal, c.her.desired_goal_share) == ("future", 4, 0.0)
+    assert tuple(c.policy.net_arch) == (256, 256, 256) and c.policy.precision == "auto"
+    assert preset_for_env("FetchPush-v4").name == "fetch_push"
+
+
 def test_algorithm_policy_settings_reach_the_model_or_are_refused() -> None:
     c = config({"policy.n_quantiles": 10, "top_quantiles_to_drop_per_net": 1}, algo="tqc")
     assert c.policy.to_policy_kwargs()["n_quantiles"] == 10 and c.hyperparameters["top_quantiles_to_drop_per_net"] == 1

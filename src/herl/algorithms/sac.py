@@ -149,17 +149,21 @@ class SAC(OffPolicyAlgorithm):
         n = batch.rewards.shape[0]
         xx = self.encode_batch(batch)
         x, next_x = xx[:n], xx[n:]
-        actions, log_prob = self.actor(xx, noise)
+        actions, log_prob = self.actor(x, noise[:n])
+        # the next observations' actions feed the target only: no graph for them (a backward pass through one forward
+        # of both halves multiplies the next half's zero gradients too: 7-9 % of a TQC [256, 256] update on a CPU core)
+        with torch.no_grad():
+            next_actions, next_log_prob = self.actor(next_x, noise[n:])
         ent_coef = self.ent_coef_tensor
         cx, next_cx, policy_cx = self._critic_inputs(x, next_x)
-        critic_loss = self._critic_loss(cx, next_cx, batch, actions[n:], log_prob[n:], ent_coef)
-        actor_loss = (ent_coef * log_prob[:n] - self._policy_value(policy_cx, actions[:n])).mean()
+        critic_loss = self._critic_loss(cx, next_cx, batch, next_actions, next_log_prob, ent_coef)
+        actor_loss = (ent_coef * log_prob - self._policy_value(policy_cx, actions)).mean()
         if self.config.bc_loss_weight:
             demo_loss = self._demo_loss(x, policy_cx, batch)
             actor_loss = actor_loss + self.config.bc_loss_weight * demo_loss
         loss = critic_loss + actor_loss
         if self.learn_ent_coef:
-            ent_coef_loss = -(self.log_ent_coef * (log_prob[:n].detach() + self.target_entropy)).mean()
+            ent_coef_loss = -(self.log_ent_coef * (log_prob.detach() + self.target_entropy)).mean()
             loss = loss + ent_coef_loss
         info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "ent_coef": ent_coef}
         if self.config.bc_loss_weight:
