@@ -61,14 +61,12 @@ class GymnasiumGoalEnvs(BatchedGoalEnv):
 
     def step(self, actions: torch.Tensor) -> BatchedStep:
         actions = actions.detach().cpu().numpy()
-        final, after = [], []
         self._elapsed += 1
-        for i, env in enumerate(self.envs):
-            obs = env.step(actions[i])[0]
-            final.append(obs)
-            after.append(env.reset()[0] if self._elapsed[i] >= self.max_episode_steps else obs)
-        truncated = torch.as_tensor(self._elapsed >= self.max_episode_steps)
-        self._elapsed[self._elapsed >= self.max_episode_steps] = 0
+        ended = self._elapsed >= self.max_episode_steps
+        final = [env.step(action)[0] for env, action in zip(self.envs, actions)]
+        after = [env.reset()[0] if end else obs for env, obs, end in zip(self.envs, final, ended)]
+        self._elapsed[ended] = 0
+        truncated = torch.as_tensor(ended)
         final_obs = self._stack(final)
         reward = self.compute_reward(final_obs["achieved_goal"], final_obs["desired_goal"])
         return BatchedStep(self._stack(after), final_obs, reward, torch.zeros_like(truncated), truncated, reward == 0)
