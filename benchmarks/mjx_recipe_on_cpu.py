@@ -10,8 +10,8 @@ table and the floor).
 
     python benchmarks/mjx_recipe_on_cpu.py --timesteps 1000000 --seed 0 [--set batch_size=2048 ...]
 
-Each ``--set KEY=VALUE`` overrides one of the preset's settings, as ``herl train --set`` does. With 1,024 envs a
-run holds about 12 GB of memory (each gymnasium env has its own MuJoCo model). Measured on a 2-core AMD EPYC
+Each ``--set KEY=VALUE`` overrides one of the preset's settings, as ``herl train --set`` does. The envs share one
+MuJoCo model (``herl.envs.shared_mujoco_models``): 1,024 of them take under 1 GB. Measured on a 2-core AMD EPYC
 (2026-11-27, float32, one core per seed): seed 0 0.44 at 204,800 env steps and 0.935 at 307,200; seed 1 0.825 at
 204,800 (docs/research/fetch.md, "Many envs in one process"). Prints one line per
 evaluation (env steps, updates, success, wall seconds) and, at the end, the first env step at which the success
@@ -41,8 +41,11 @@ class GymnasiumGoalEnvs(BatchedGoalEnv):
     def __init__(self, n_envs: int, env_id: str = TWIN, device: str = "cpu") -> None:
         import gymnasium_robotics
 
+        from herl.envs import shared_mujoco_models
+
         gym.register_envs(gymnasium_robotics)
-        self.envs = [gym.make(env_id).unwrapped for _ in range(n_envs)]
+        with shared_mujoco_models():
+            self.envs = [gym.make(env_id).unwrapped for _ in range(n_envs)]
         spec = gym.spec(env_id)
         self.n_envs, self.device, self.max_episode_steps = n_envs, torch.device(device), int(spec.max_episode_steps)
         first = self.envs[0]

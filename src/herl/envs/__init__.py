@@ -12,7 +12,8 @@ Importing this module registers:
 :class:`TimeFeature` appends the share of the time limit left to the observation (``--set env.time_feature=true``);
 :class:`GraspedStart` starts a share of a Fetch pick-and-place env's training episodes with the object in the gripper
 (``--set env.grasped_start=p``), :class:`ContactStart` a share of a Fetch push or slide env's training episodes with the
-object beside the gripper (``--set env.contact_start=p``).
+object beside the gripper (``--set env.contact_start=p``). :func:`shared_mujoco_models` lets many Fetch envs in one
+process share one MuJoCo model per task (``herl train --n-envs N`` does so).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from herl.envs.contact_start import ContactStart
 from herl.envs.checks import GoalEnvError, GoalEnvWarning, check_goal_env
 from herl.envs.grasped_start import GraspedStart
 from herl.envs.point_reach import PointReachEnv
+from herl.envs.shared_models import shared_mujoco_models
 from herl.envs.time_feature import TimeFeature
 
 __all__ = ["ActionRepeat", "BitFlippingEnv", "ContactStart", "GoalEnvError", "GoalEnvWarning", "GraspedStart", "PointReachEnv",
-           "TimeFeature", "check_goal_env"]
+           "TimeFeature", "check_goal_env", "shared_mujoco_models"]
 
 
 def _register_envs() -> None:

@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
+from herl.envs.shared_models import restore_mujoco_module, shared_mujoco_models
 from herl.run.errors import CLIError, MissingExtraError
 from herl.training.envs import is_goal_space
 
@@ -343,8 +344,9 @@ VECTOR_ENVS = ("sync", "async")
 def make_training_env(env_id: str, env_kwargs: dict[str, Any] | None, n_envs: int,
                       vector_env: str = "sync") -> gym.Env | SyncVectorEnv | AsyncVectorEnv:
     """A :class:`ReplayableEnv`, or ``n_envs`` of them in a SAME_STEP vector env (the loop stores true final states):
-    stepped one after another (``vector_env="sync"``), or each in a process of its own (``"async"``: gymnasium's
-    ``AsyncVectorEnv``, whose workers step at once, for machines with a core per env)."""
+    stepped one after another (``vector_env="sync"``; Fetch envs then share one MuJoCo model, see
+    :mod:`herl.envs.shared_models`), or each in a process of its own (``"async"``: gymnasium's ``AsyncVectorEnv``,
+    whose workers step at once, for machines with a core per env)."""
     if vector_env not in VECTOR_ENVS:
         raise CLIError(f"vector_env={vector_env!r}: use one of {list(VECTOR_ENVS)}")
     if n_envs == 1:
@@ -353,7 +355,11 @@ def make_training_env(env_id: str, env_kwargs: dict[str, Any] | None, n_envs: in
     fns = [lambda: ReplayableEnv(make_env(env_id, env_kwargs, training=True)) for _ in range(n_envs)]
     if vector_env == "async":  # spawned workers: no forked copy of torch's threads
         return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
-    return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    with shared_mujoco_models():  # Fetch envs in one process: one MuJoCo model per task, not one per env
+        env = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    for each in env.envs:
+        restore_mujoco_module(each)
+    return env
 
 
 def recorders(env: gym.Env | SyncVectorEnv) -> list[ReplayableEnv]:
