@@ -149,11 +149,13 @@ def _eval_rows(run: Path) -> list[tuple[str, str]]:
         return [(r["time/total_timesteps"], r["eval/mean_reward"]) for r in csv.DictReader(f) if r["eval/mean_reward"]]
 
 
-def test_the_many_envs_push_preset_trains_and_resumes_exactly(tmp_path: Path) -> None:
-    """fetch_push_many_envs, scaled down (4 envs, tiny networks): several envs stepped per round and several updates
+@pytest.mark.parametrize(("env", "preset"), [("FetchPush-v4", "fetch_push_many_envs"),
+                                           ("FetchPickAndPlace-v4", "fetch_pick_and_place_many_envs")])
+def test_the_many_envs_presets_train_and_resume_exactly(tmp_path: Path, env: str, preset: str) -> None:
+    """The many-envs presets, scaled down (4 envs, tiny networks): several envs stepped per round and several updates
     per round; a run extended with --resume ends with the weights of a run never stopped."""
     pytest.importorskip("gymnasium_robotics")
-    args = ["--env", "FetchPush-v4", "--preset", "fetch_push_many_envs", "--n-envs", "4", "--threads", "1",
+    args = ["--env", env, "--preset", preset, "--n-envs", "4", "--threads", "1",
             "--progress", "off", "--set", "learning_starts=40", "--set", "batch_size=16", "--set", "gradient_steps=3",
             "--set", "policy.net_arch=[16,16]", "--set", "eval.freq=80", "--set", "eval.episodes=1",
             "--set", "checkpoint.freq=80"]

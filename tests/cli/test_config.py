@@ -138,6 +138,21 @@ def test_fetch_push_many_envs_is_the_recipe_measured_and_chosen_by_name_only() -
     assert preset_for_env("FetchPush-v4").name == "fetch_push"
 
 
+def test_fetch_pick_and_place_many_envs_is_the_push_recipe_with_grasped_starts() -> None:
+    """docs/benchmarks.md "FetchPickAndPlace-v4 with 1,024 envs in one process": fetch_push_many_envs's settings with
+    half of the training episodes started grasped; FetchPickAndPlace-v4 alone still gets fetch_pick_and_place."""
+    configs = []
+    for name, env in (("fetch_push_many_envs", "FetchPush-v4"), ("fetch_pick_and_place_many_envs", "FetchPickAndPlace-v4")):
+        preset = get_preset(name)
+        configs.append(build_config(algo=preset.algo, env=env, seed=0, goal_env=True, preset=preset.name,
+                                    layers=preset.layers(preset.algo)))
+    push, pick = configs
+    assert pick.env_kwargs == {"grasped_start": 0.5} and push.env_kwargs == {}
+    assert (pick.algo, pick.n_envs, pick.timesteps, pick.threads, pick.hyperparameters, pick.policy, pick.her) == (
+        push.algo, push.n_envs, push.timesteps, push.threads, push.hyperparameters, push.policy, push.her)
+    assert preset_for_env("FetchPickAndPlace-v4").name == "fetch_pick_and_place"
+
+
 def test_algorithm_policy_settings_reach_the_model_or_are_refused() -> None:
     c = config({"policy.n_quantiles": 10, "top_quantiles_to_drop_per_net": 1}, algo="tqc")
     assert c.policy.to_policy_kwargs()["n_quantiles"] == 10 and c.hyperparameters["top_quantiles_to_drop_per_net"] == 1
