@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -62,18 +64,13 @@ def test_the_block_leaves_mujoco_as_it_found_it_even_on_an_error():
 def test_other_model_files_are_not_shared():
     from herl.envs.shared_models import _MujocoWithSharedModels
 
-    fetch = _MujocoWithSharedModels(mujoco, robot_env_assets() / "fetch")
-    hand = robot_env_assets() / "hand" / "reach.xml"
-    assert fetch.MjModel.from_xml_path(str(hand)) is not fetch.MjModel.from_xml_path(str(hand))
-    push = str(robot_env_assets() / "fetch" / "push.xml")
+    assets = Path(robot_env.__file__).parent / "assets"
+    fetch = _MujocoWithSharedModels(mujoco, assets / "fetch")
+    hand = str(assets / "hand" / "reach.xml")
+    assert fetch.MjModel.from_xml_path(hand) is not fetch.MjModel.from_xml_path(hand)
+    push = str(assets / "fetch" / "push.xml")
     assert fetch.MjModel.from_xml_path(push) is fetch.MjModel.from_xml_path(push)
     assert fetch.mj_step is mujoco.mj_step  # the rest is MuJoCo's own
-
-
-def robot_env_assets():
-    from pathlib import Path
-
-    return Path(robot_env.__file__).parent / "assets"
 
 
 def test_training_envs_in_one_process_share_the_model_and_use_mujoco_itself():

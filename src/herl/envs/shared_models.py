@@ -4,8 +4,8 @@ Each gymnasium-robotics Fetch env loads its own ``MjModel`` from the task's XML:
 constants, of ~10 MB for the whole env. Stepping only reads the model (the state lives in the env's ``MjData``), so
 envs of one task can share one model. Inside :func:`shared_mujoco_models`, a Fetch env made in this process loads
 its task's model the first time and reuses it after that; its ``MjData``, random generator and goal stay its own.
-1,024 FetchPush envs then take about 1.5 GB instead of 10, are made about twice as fast, and step exactly as envs
-with their own models do (same observations, to the bit).
+1,024 FetchPush envs then take about 0.8 GB instead of 10 (made and reset), are made about twice as fast, and step
+exactly as envs with their own models do (same observations, to the bit).
 
 Only the Fetch tasks' model files are shared: their code writes to the model only where every env writes the same
 values (the mocap welds) or to draw one (the goal's marker, set again before each frame). Other MuJoCo envs can move
