@@ -7,10 +7,10 @@
 # decisions (150k env steps). About 6 minutes on an H100 box of 16 cores, if the aim (0.9 by 150k env steps within 5
 # minutes) holds.
 #
-# --many-envs: the fetch_push_many_envs preset, each seed with its 1,024 envs stepped in its own process and 64
-# updates of batch 1,024 after each step of all of them, to 256,000 env steps. On the 2-core CPU it passed 0.9 at
-# 204,800-256,000 env steps in about 7.4 minutes; here the updates should cost little beside the envs (~1 s a round
-# of 1,024 env steps), about 5 minutes a seed. Each run holds ~10 GB.
+# --many-envs: the fetch_push_many_envs preset, each seed with its 1,024 envs split over 5 processes (vector_env=async,
+# env_processes=5: 15 of the 16 cores for the three seeds) and 64 updates of batch 1,024 after each step of all of
+# them, to 256,000 env steps. On the 2-core CPU it passed 0.9 at 204,800-256,000 env steps in about 7.4 minutes, the
+# envs stepped in the training process; here the updates should cost little beside the envs. Each run holds ~3 GB.
 #
 # Usage, from the repository root: bash benchmarks/gpu_push_recipe.sh [--many-envs] [OUT_DIR]
 #   (default OUT_DIR: $OUT, else /tmp/gpu_push)
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--many-envs" ]; then
     shift
     NAME=many LIMIT=450
-    RECIPE=(--preset fetch_push_many_envs --timesteps 256000)
+    RECIPE=(--preset fetch_push_many_envs --timesteps 256000 --set vector_env=async --set env_processes=5)
 else
     NAME=push LIMIT=420
     RECIPE=(--timesteps 50000 --n-envs 4 --set vector_env=async --set gradient_steps=-1)

@@ -727,17 +727,18 @@ def test_removed_her_options_are_refused_on_the_command_line_and_ignored_with_a_
 
 
 def test_async_envs_train_as_sync_ones_and_resume_exactly(tmp_path: Path) -> None:
-    """vector_env=async steps each env in its own process: the run is the sync run's, bit for bit, and a run stopped
-    and resumed with async envs ends as the one never stopped."""
-    args = ["--env", "herl/PointReach-v0", "--n-envs", "2", "--progress", "off", "--set", "learning_starts=50",
-            "--set", "eval.freq=100", "--set", "eval.episodes=2", "--set", "batch_size=16", "--set", "checkpoint.freq=100",
+    """vector_env=async splits the envs over processes (here 3 envs over 2: shards of 2 and 1): the run is the sync
+    run's, bit for bit, and a run stopped and resumed with async envs ends as the one never stopped."""
+    args = ["--env", "herl/PointReach-v0", "--n-envs", "3", "--progress", "off", "--set", "learning_starts=50",
+            "--set", "eval.freq=99", "--set", "eval.episodes=2", "--set", "batch_size=16", "--set", "checkpoint.freq=99",
             "--set", "policy.net_arch=[16,16]"]
+    async_envs = ["--set", "vector_env=async", "--set", "env_processes=2"]
     assert herl("train", *args, "--timesteps", "300", "--run-dir", tmp_path / "sync") == 0
-    assert herl("train", *args, "--set", "vector_env=async", "--timesteps", "300", "--run-dir", tmp_path / "async") == 0
-    assert herl("train", *args, "--set", "vector_env=async", "--timesteps", "150", "--run-dir", tmp_path / "parts") == 0
+    assert herl("train", *args, *async_envs, "--timesteps", "300", "--run-dir", tmp_path / "async") == 0
+    assert herl("train", *args, *async_envs, "--timesteps", "150", "--run-dir", tmp_path / "parts") == 0
     assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "300", "--progress", "off") == 0
     config = json.loads((tmp_path / "parts" / "seed_0" / "config.json").read_text())
-    assert config["vector_env"] == "async" and config["n_envs"] == 2
+    assert config["vector_env"] == "async" and config["n_envs"] == 3 and config["env_processes"] == 2
     sync = OffPolicyAlgorithm.load(tmp_path / "sync" / "seed_0" / "model.zip")
     for run in ("async", "parts"):
         other = OffPolicyAlgorithm.load(tmp_path / run / "seed_0" / "model.zip")

@@ -57,7 +57,7 @@ def _unwrap_gym_env(env: Any) -> Any:
     if isinstance(env, gym.vector.VectorEnv):
         if hasattr(env, "envs"):  # SyncVectorEnv
             return env.envs[0]
-        if hasattr(env, "env_fns"):  # AsyncVectorEnv: a local copy, only to compute rewards
+        if hasattr(env, "env_fns"):  # AsyncVectorEnv, herl's ShardedVectorEnv: a local copy, only to compute rewards
             return env.env_fns[0]()
         raise TypeError(
             f"cannot reach compute_reward through {type(env).__name__}: pass compute_reward= explicitly"

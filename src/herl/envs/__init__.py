@@ -13,7 +13,8 @@ Importing this module registers:
 :class:`GraspedStart` starts a share of a Fetch pick-and-place env's training episodes with the object in the gripper
 (``--set env.grasped_start=p``), :class:`ContactStart` a share of a Fetch push or slide env's training episodes with the
 object beside the gripper (``--set env.contact_start=p``). :func:`shared_mujoco_models` lets many Fetch envs in one
-process share one MuJoCo model per task (``herl train --n-envs N`` does so).
+process share one MuJoCo model per task (``herl train --n-envs N`` does so); :class:`ShardedVectorEnv` splits many envs
+over a few processes that step at once (``herl train --n-envs N --set vector_env=async``).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from herl.envs.checks import GoalEnvError, GoalEnvWarning, check_goal_env
 from herl.envs.grasped_start import GraspedStart
 from herl.envs.point_reach import PointReachEnv
 from herl.envs.shared_models import shared_mujoco_models
+from herl.envs.sharded import ShardedVectorEnv
 from herl.envs.time_feature import TimeFeature
 
 __all__ = ["ActionRepeat", "BitFlippingEnv", "ContactStart", "GoalEnvError", "GoalEnvWarning", "GraspedStart", "PointReachEnv",
-           "TimeFeature", "check_goal_env", "shared_mujoco_models"]
+           "ShardedVectorEnv", "TimeFeature", "check_goal_env", "shared_mujoco_models"]
 
 
 def _register_envs() -> None:

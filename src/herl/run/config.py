@@ -2,7 +2,7 @@
 
 Every setting has one dotted key, the same in a preset file and on the command line:
 
-- ``timesteps``, ``n_envs``, ``vector_env``, ``device``, ``threads``, ``log_interval``, ``workers``, ``broadcast_every``: the run;
+- ``timesteps``, ``n_envs``, ``vector_env``, ``env_processes``, ``device``, ``threads``, ``log_interval``, ``workers``, ``broadcast_every``: the run;
 - any hyperparameter of the algorithm (``learning_rate``, ``batch_size``, ...; validated by the algorithm's config);
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.desired_goal_share``,
@@ -189,8 +189,11 @@ class TrainConfig:
     n_envs: int = 1
     """Envs stepped together."""
     vector_env: str = "sync"
-    """How ``n_envs > 1`` envs step: ``"sync"``, one after another in the training process, or ``"async"``, each in a
-    process of its own, all at once (gymnasium's ``AsyncVectorEnv``; for a machine with a core per env)."""
+    """How ``n_envs > 1`` envs step: ``"sync"``, one after another in the training process, or ``"async"``, split over
+    ``env_processes`` processes that step their shares at once (:class:`~herl.envs.sharded.ShardedVectorEnv`)."""
+    env_processes: int = 0
+    """With ``vector_env="async"``: the processes the envs are split over (0: one per core of the machine; never more
+    than one per env). The run is the same, bit for bit, whatever the number."""
     device: str = "auto"
     """Torch device (auto: CUDA when available)."""
     threads: int = 1
@@ -266,8 +269,8 @@ def _jsonable(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------------------------------
 # Dotted keys
 
-RUN_KEYS = {"timesteps": int, "n_envs": int, "vector_env": str, "device": str, "threads": int, "log_interval": int,
-            "workers": int, "broadcast_every": int}
+RUN_KEYS = {"timesteps": int, "n_envs": int, "vector_env": str, "env_processes": int, "device": str, "threads": int,
+            "log_interval": int, "workers": int, "broadcast_every": int}
 SECTIONS: dict[str, type] = {
     "her": HerSettings, "policy": PolicySettings, "noise": NoiseSettings, "eval": EvalSettings,
     "checkpoint": CheckpointSettings, "demos": DemoSettings, "batched": BatchedLoopSettings,
@@ -533,6 +536,7 @@ def validate_config(config: TrainConfig) -> None:
 
     rules = [("timesteps", config.timesteps, POSITIVE_INT), ("n_envs", config.n_envs, POSITIVE_INT),
              ("vector_env", config.vector_env, one_of("sync", "async")),
+             ("env_processes", config.env_processes, NON_NEGATIVE_INT),
              ("threads", config.threads, POSITIVE_INT), ("log_interval", config.log_interval, POSITIVE_INT),
              ("workers", config.workers, NON_NEGATIVE_INT), ("broadcast_every", config.broadcast_every, POSITIVE_INT),
              ("noise.type", config.noise.type, one_of(*NOISE_TYPES[1:])), ("noise.sigma", config.noise.sigma, number(0.0)),

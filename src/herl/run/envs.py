@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import io
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from herl.envs.shared_models import restore_mujoco_module, shared_mujoco_models
+from herl.envs.sharded import ShardedVectorEnv
 from herl.run.errors import CLIError, MissingExtraError
 from herl.training.envs import is_goal_space
 
@@ -327,8 +329,8 @@ class ReplayableEnv(gym.Wrapper):
     """What :meth:`restore_pending` replays: set by the process that holds this env in another one's vector env."""
 
     def restore_pending(self) -> tuple[bool, Any]:
-        """:meth:`restore` of :attr:`pending_restore`, as ``(replayed exactly, observation)``: an env in an
-        :class:`~gymnasium.vector.AsyncVectorEnv`'s worker must not raise (the worker would be lost)."""
+        """:meth:`restore` of :attr:`pending_restore`, as ``(replayed exactly, observation)``: an env in another
+        process answers rather than raises (an ``AsyncVectorEnv``'s worker would be lost)."""
         meta, actions = self.pending_restore
         self.pending_restore = None
         try:
@@ -338,28 +340,38 @@ class ReplayableEnv(gym.Wrapper):
 
 
 VECTOR_ENVS = ("sync", "async")
-"""How ``n_envs > 1`` envs step: one after another in the training process, or each in its own process."""
+"""How ``n_envs > 1`` envs step: one after another in the training process, or in processes of their own."""
+
+
+def env_processes(n_envs: int, processes: int = 0) -> int:
+    """The processes ``vector_env="async"`` steps ``n_envs`` envs in: ``processes``, or this machine's cores where
+    it is 0, and never more than one per env."""
+    return max(1, min(n_envs, processes or os.cpu_count() or 1))
 
 
 def make_training_env(env_id: str, env_kwargs: dict[str, Any] | None, n_envs: int,
-                      vector_env: str = "sync") -> gym.Env | SyncVectorEnv | AsyncVectorEnv:
+                      vector_env: str = "sync", processes: int = 0) -> gym.Env | SyncVectorEnv | ShardedVectorEnv:
     """A :class:`ReplayableEnv`, or ``n_envs`` of them in a SAME_STEP vector env (the loop stores true final states):
-    stepped one after another (``vector_env="sync"``; Fetch envs then share one MuJoCo model, see
-    :mod:`herl.envs.shared_models`), or each in a process of its own (``"async"``: gymnasium's ``AsyncVectorEnv``,
-    whose workers step at once, for machines with a core per env)."""
+    stepped one after another (``vector_env="sync"``), or split over :func:`env_processes` processes that step their
+    shares at once (``"async"``: a :class:`~herl.envs.sharded.ShardedVectorEnv`, one process per env where there are
+    cores enough). Fetch envs of one process share one MuJoCo model (see :mod:`herl.envs.shared_models`)."""
     if vector_env not in VECTOR_ENVS:
         raise CLIError(f"vector_env={vector_env!r}: use one of {list(VECTOR_ENVS)}")
     if n_envs == 1:
         return ReplayableEnv(make_env(env_id, env_kwargs, training=True))
     make_env(env_id, env_kwargs).close()  # report a bad id or argument once, here, not from inside the vector env
     fns = [lambda: ReplayableEnv(make_env(env_id, env_kwargs, training=True)) for _ in range(n_envs)]
-    if vector_env == "async":  # spawned workers: no forked copy of torch's threads
-        return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
-    with shared_mujoco_models():  # Fetch envs in one process: one MuJoCo model per task, not one per env
+    if vector_env == "async":
+        return ShardedVectorEnv(fns, env_processes(n_envs, processes))
+    with shared_mujoco_models():
         env = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     for each in env.envs:
         restore_mujoco_module(each)
     return env
+
+
+_IN_PROCESSES = (ShardedVectorEnv, AsyncVectorEnv)
+"""Vector envs whose envs live in other processes: reached through ``call`` and ``set_attr``."""
 
 
 def recorders(env: gym.Env | SyncVectorEnv) -> list[ReplayableEnv]:
@@ -372,7 +384,7 @@ def recorders(env: gym.Env | SyncVectorEnv) -> list[ReplayableEnv]:
 
 def snapshot_envs(env: Any) -> list[tuple[dict[str, Any], np.ndarray]]:
     """Each env's :meth:`ReplayableEnv.snapshot`, in this process or in its vector env's workers."""
-    if isinstance(env, AsyncVectorEnv):
+    if isinstance(env, _IN_PROCESSES):
         return list(env.call("snapshot"))
     return [recorder.snapshot() for recorder in recorders(env)]
 
@@ -380,7 +392,7 @@ def snapshot_envs(env: Any) -> list[tuple[dict[str, Any], np.ndarray]]:
 def restore_envs(env: Any, records: list[dict[str, Any]], actions: list[np.ndarray]) -> list[Any]:
     """Replay each env's recorded episode (:meth:`ReplayableEnv.restore`); returns their observations, or raises
     :class:`ReplayMismatch` if one did not replay exactly."""
-    if isinstance(env, AsyncVectorEnv):
+    if isinstance(env, _IN_PROCESSES):
         env.set_attr("pending_restore", list(zip(records, actions)))
         results = env.call("restore_pending")
         if not all(exact for exact, _ in results):
@@ -391,6 +403,6 @@ def restore_envs(env: Any, records: list[dict[str, Any]], actions: list[np.ndarr
 
 def reset_envs(env: Any) -> list[Any]:
     """Start a new episode in each env (unseeded); returns the first observations."""
-    if isinstance(env, AsyncVectorEnv):
+    if isinstance(env, _IN_PROCESSES):
         return [obs for obs, _ in env.call("reset")]
     return [recorder.reset()[0] for recorder in recorders(env)]

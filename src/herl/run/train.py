@@ -568,7 +568,8 @@ def _start_in(config: TrainConfig, run_dir: Path, *, progress: str, position: in
     from herl.run.demos import check_demos_env
 
     config = _record_scripted_demos(config, run_dir)
-    env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs, config.vector_env)
+    env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs, config.vector_env,
+                            config.env_processes)
     try:
         demos_note = check_demos_env(config, env)  # before the buffer reads them: names the env settings that differ
         model = build_model(config, env)
@@ -633,7 +634,8 @@ def resume_run(run_dir: Path, *, timesteps: int | None = None, progress: str = "
         if finished is not None:
             return finished
         with _run_settings(config, threads):  # this session's threads only: config.json keeps the run's own
-            env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs, config.vector_env)
+            env = make_training_env(config.env, dict(config.env_kwargs), config.n_envs, config.vector_env,
+                                    config.env_processes)
             try:
                 model, wall_time, checkpoint = _load_usable_checkpoint(run_dir, checkpoint, env, config)
                 return _train(model, config, run_dir, resume_step=checkpoint.step, wall_time_before=wall_time,
