@@ -757,6 +757,9 @@ def test_async_envs_refuse_what_steps_its_envs_elsewhere(tmp_path: Path, capsys)
     assert herl("train", "--env", "herl/BatchedPointReach-v0", "--set", "vector_env=async", "--progress", "off",
                 "--run-dir", tmp_path / "b") != 0
     assert "a batched env steps its envs as one batch of tensors: leave vector_env at sync" in capsys.readouterr().err
+    assert herl("train", "--env", "herl/PointReach-v0", "--n-envs", "2", "--set", "env_processes=2", "--progress", "off",
+                "--run-dir", tmp_path / "c") != 0
+    assert "env_processes=2 splits the envs over processes only with vector_env=async" in capsys.readouterr().err
 
 
 def test_the_features_extractor_is_a_policy_setting(tmp_path: Path, capsys) -> None:

@@ -568,6 +568,9 @@ def validate_config(config: TrainConfig) -> None:
             _check_batched(config)
         elif config.batched is not None:
             raise CLIError(_batched_only_message(config.env, ["batched"]))
+        if config.env_processes and config.vector_env != "async":
+            raise CLIError(f"env_processes={config.env_processes} splits the envs over processes only with "
+                           f"vector_env=async: add --set vector_env=async, or leave env_processes at 0")
         if config.vector_env == "async" and (config.workers or _is_batched_env(config.env)):
             raise CLIError("vector_env=async steps the n_envs envs in processes of the training machine; "
                            + ("workers already step their envs in processes of their own: leave vector_env at sync"
