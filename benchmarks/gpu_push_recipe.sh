@@ -10,7 +10,8 @@
 # --many-envs: the fetch_push_many_envs preset, each seed with its 1,024 envs split over 5 processes (vector_env=async,
 # env_processes=5: 15 of the 16 cores for the three seeds) and 64 updates of batch 1,024 after each step of all of
 # them, to 256,000 env steps. On the 2-core CPU it passed 0.9 at 204,800-256,000 env steps in about 7.4 minutes, the
-# envs stepped in the training process; here the updates should cost little beside the envs. Each run holds ~3 GB.
+# envs stepped in the training process; here the updates should cost little beside the envs. Each run should hold
+# ~3-4 GB (estimated: ~0.3 GB of herl and torch per process, 1,024 envs ~1 GB, the buffer).
 #
 # Usage, from the repository root: bash benchmarks/gpu_push_recipe.sh [--many-envs] [OUT_DIR]
 #   (default OUT_DIR: $OUT, else /tmp/gpu_push)
