@@ -129,7 +129,7 @@ class ShardedVectorEnv(VectorEnv):
             for pipe in self._pipes:
                 try:
                     pipe.send(("close", None))
-                except (BrokenPipeError, EOFError, OSError):
+                except OSError:  # the process is gone
                     pass
         for process in self._processes:
             process.join(timeout=None if not terminate else 1)
@@ -196,15 +196,12 @@ def _join(space: gym.Space, parts: list[Any]) -> Any:
 def _worker(pipe: Any, parent_pipe: Any, env_fns: CloudpickleWrapper) -> None:
     """A process's loop: build its shard's envs, then answer commands until ``close``. Every answer is ``(True,
     value)``, or ``(False, traceback)`` when an env raised (the process goes on, so the parent can close it)."""
-    from herl.envs.shared_models import restore_mujoco_module, shared_mujoco_models
+    from herl.envs.shared_models import make_envs_sharing_models
 
     parent_pipe.close()
     envs: list[gym.Env] = []
     try:
-        with shared_mujoco_models():
-            envs = [fn() for fn in env_fns.fn]
-        for env in envs:
-            restore_mujoco_module(env)
+        envs = make_envs_sharing_models(env_fns.fn)
         space = envs[0].observation_space
         out = create_empty_array(space, len(envs))
         pipe.send((True, (space, envs[0].action_space, dict(envs[0].metadata))))
@@ -262,4 +259,3 @@ def _answer(envs: list[gym.Env], space: gym.Space, out: Any, command: str, data:
             env.set_wrapper_attr(name, value)
         return None
     raise ValueError(f"unknown command {command!r}")
-

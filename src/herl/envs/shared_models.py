@@ -86,3 +86,13 @@ def restore_mujoco_module(env: Any) -> None:
     stand_in = getattr(unwrapped, "_mujoco", None)
     if isinstance(stand_in, _MujocoWithSharedModels):
         unwrapped._mujoco = stand_in._mujoco
+
+
+def make_envs_sharing_models(env_fns: Any) -> list[Any]:
+    """Each of ``env_fns`` called inside :func:`shared_mujoco_models`, and the envs pointed back at MuJoCo's own module
+    (:func:`restore_mujoco_module`): the envs of one process, sharing their Fetch models."""
+    with shared_mujoco_models():
+        envs = [fn() for fn in env_fns]
+    for env in envs:
+        restore_mujoco_module(env)
+    return envs

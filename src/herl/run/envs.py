@@ -24,9 +24,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from herl.envs.shared_models import restore_mujoco_module, shared_mujoco_models
+from herl.envs.shared_models import make_envs_sharing_models
 from herl.envs.sharded import ShardedVectorEnv
 from herl.run.errors import CLIError, MissingExtraError
 from herl.training.envs import is_goal_space
@@ -330,7 +330,7 @@ class ReplayableEnv(gym.Wrapper):
 
     def restore_pending(self) -> tuple[bool, Any]:
         """:meth:`restore` of :attr:`pending_restore`, as ``(replayed exactly, observation)``: an env in another
-        process answers rather than raises (an ``AsyncVectorEnv``'s worker would be lost)."""
+        process answers, so that every env reports whether it replayed exactly."""
         meta, actions = self.pending_restore
         self.pending_restore = None
         try:
@@ -363,15 +363,8 @@ def make_training_env(env_id: str, env_kwargs: dict[str, Any] | None, n_envs: in
     fns = [lambda: ReplayableEnv(make_env(env_id, env_kwargs, training=True)) for _ in range(n_envs)]
     if vector_env == "async":
         return ShardedVectorEnv(fns, env_processes(n_envs, processes))
-    with shared_mujoco_models():
-        env = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
-    for each in env.envs:
-        restore_mujoco_module(each)
-    return env
-
-
-_IN_PROCESSES = (ShardedVectorEnv, AsyncVectorEnv)
-"""Vector envs whose envs live in other processes: reached through ``call`` and ``set_attr``."""
+    envs = make_envs_sharing_models(fns)
+    return SyncVectorEnv([lambda env=env: env for env in envs], autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def recorders(env: gym.Env | SyncVectorEnv) -> list[ReplayableEnv]:
@@ -384,7 +377,7 @@ def recorders(env: gym.Env | SyncVectorEnv) -> list[ReplayableEnv]:
 
 def snapshot_envs(env: Any) -> list[tuple[dict[str, Any], np.ndarray]]:
     """Each env's :meth:`ReplayableEnv.snapshot`, in this process or in its vector env's workers."""
-    if isinstance(env, _IN_PROCESSES):
+    if isinstance(env, ShardedVectorEnv):
         return list(env.call("snapshot"))
     return [recorder.snapshot() for recorder in recorders(env)]
 
@@ -392,7 +385,7 @@ def snapshot_envs(env: Any) -> list[tuple[dict[str, Any], np.ndarray]]:
 def restore_envs(env: Any, records: list[dict[str, Any]], actions: list[np.ndarray]) -> list[Any]:
     """Replay each env's recorded episode (:meth:`ReplayableEnv.restore`); returns their observations, or raises
     :class:`ReplayMismatch` if one did not replay exactly."""
-    if isinstance(env, _IN_PROCESSES):
+    if isinstance(env, ShardedVectorEnv):
         env.set_attr("pending_restore", list(zip(records, actions)))
         results = env.call("restore_pending")
         if not all(exact for exact, _ in results):
@@ -403,6 +396,6 @@ def restore_envs(env: Any, records: list[dict[str, Any]], actions: list[np.ndarr
 
 def reset_envs(env: Any) -> list[Any]:
     """Start a new episode in each env (unseeded); returns the first observations."""
-    if isinstance(env, _IN_PROCESSES):
+    if isinstance(env, ShardedVectorEnv):
         return [obs for obs, _ in env.call("reset")]
     return [recorder.reset()[0] for recorder in recorders(env)]
