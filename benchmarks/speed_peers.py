@@ -65,7 +65,7 @@ ATEN_VARIANT = "herl float32 (PyTorch's matmuls)"
 def builders(task: dict) -> dict[str, Callable[[], object]]:
     """name -> a function that builds a fresh model of that library for the task."""
 
-    def herl(precision: str) -> Callable[[], object]:
+    def herl(precision: str, compile: bool = False) -> Callable[[], object]:
         def build():
             import herl
 
@@ -73,7 +73,7 @@ def builders(task: dict) -> dict[str, Callable[[], object]]:
             kwargs["policy_kwargs"]["precision"] = precision
             cls = herl.TQC if task["algo"] == "tqc" else herl.SAC
             return cls("MultiInputPolicy", make_env(task["env"]), replay_buffer_class=herl.HerReplayBuffer, seed=0,
-                       device="cpu", **kwargs)
+                       device="cpu", compile=compile, **kwargs)
         return build
 
     def sbx():
@@ -95,7 +95,8 @@ def builders(task: dict) -> dict[str, Callable[[], object]]:
 
     peer = "sb3-contrib" if task["algo"] == "tqc" else "SB3"
     return {"herl (auto precision)": herl("auto"), "herl float32": herl("float32"),
-            ATEN_VARIANT: herl("float32"), "SBX": sbx, peer: torch_peer}
+            ATEN_VARIANT: herl("float32"), "herl compiled (auto precision)": herl("auto", True),
+            "herl float32 compiled": herl("float32", True), "SBX": sbx, peer: torch_peer}
 
 
 def main() -> None:

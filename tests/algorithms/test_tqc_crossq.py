@@ -51,6 +51,29 @@ def test_quantile_huber_loss_matches_the_pairwise_form(scale):
     torch.testing.assert_close(sorted_loss, reference, rtol=1e-5, atol=1e-6)
 
 
+
+@pytest.mark.slow
+def test_the_compiled_quantile_huber_loss_takes_the_pairwise_form_with_the_same_values():
+    """Under torch.compile the loss is the pairwise form (a compiler fuses it; the sorted form's binary search would
+    stay an eager op): the same loss and gradients as the eager sorted form, sorted targets or not."""
+    gen = torch.Generator().manual_seed(3)
+    quantiles = (3.0 * torch.randn(2, 64, 7, generator=gen)).requires_grad_()
+    targets = 3.0 * torch.randn(64, 12, generator=gen) - 5.0
+    targets[:5, 3:6] = quantiles[0, :5, :3].detach() + 1.0  # ties at a run's boundary
+    for sorted_targets in (False, True):
+        t = targets.sort(dim=1).values if sorted_targets else targets
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda q, t: quantile_huber_loss(q, t, targets_sorted=sorted_targets), fullgraph=True)
+        loss = compiled(quantiles, t)
+        (grad,) = torch.autograd.grad(loss, quantiles)
+        eager = quantile_huber_loss(quantiles, t, targets_sorted=sorted_targets)
+        (eager_grad,) = torch.autograd.grad(eager, quantiles)
+        torch.testing.assert_close(loss, eager, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(grad, eager_grad, rtol=1e-4, atol=1e-9)
+    explained = torch._dynamo.explain(lambda q, t: quantile_huber_loss(q, t))(quantiles, targets)
+    ops = {str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op in ("call_function", "call_method")}
+    assert not any("sort" in op for op in ops), ops
+
 def test_quantile_huber_loss_is_minimized_by_the_quantiles():
     # atoms fitted to many samples of U(0, 100) land near the (i + 0.5) / n quantiles (at this scale the
     # Huber kernel is linear almost everywhere; for |errors| < 1 it would be quadratic, giving expectiles)

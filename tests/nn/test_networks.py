@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from herl.nn import MLP, EnsembleMLP, RunningNormalizer, SquashedGaussianActor
+from herl.nn import MLP, EnsembleMLP, RunningNormalizer, SquashedGaussianActor, gemm
 
 
 def test_ensemble_equals_separate_mlps():
@@ -83,3 +84,44 @@ def test_every_algorithm_trains_saves_and_loads_with_linear_networks(tmp_path):
             obs = loaded.observation_space.sample()
             assert (loaded.predict(obs, deterministic=True)[0] == model.predict(obs, deterministic=True)[0]).all()
             loaded.learn(10, reset_num_timesteps=False)
+
+
+
+def boolean_tensors_in_compiled_code(net, x: torch.Tensor, **kwargs) -> tuple[int, tuple]:
+    """Compile ``net`` with inductor, run it forward and backward, and count the generated kernels' boolean tensor
+    arguments; with the outputs and input gradients."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    compiled = torch.compile(net)
+    x = x.detach().clone().requires_grad_(True)
+
+    def run():
+        out = compiled(x, **kwargs)
+        out.square().sum().backward()
+        return out.detach()
+
+    out, code = run_and_get_code(run)
+    return sum(source.count("bool*") for source in code), (out, x.grad)
+
+
+@pytest.mark.slow
+def test_compiled_relu_networks_keep_no_boolean_masks(monkeypatch):
+    """Inductor's CPU kernels store and load boolean tensors element by element (PyTorch 2.13): a ReLU whose mask
+    went from the forward to the backward pass ran 10x slower compiled than eager. The networks' ReLUs leave no
+    boolean tensor in the compiled code, with the values and gradients of eager ReLUs; torch.relu leaves some in the
+    same network (the critics' pass for the actor's loss, their weights held constant)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 7)
+    for net, kwargs in [(EnsembleMLP(7, 3, [16, 16], n_members=2, generator=gen), {"detach_params": True}),
+                        (EnsembleMLP(7, 3, [16, 16], n_members=2, layer_norm=True, generator=gen), {"detach_params": True}),
+                        (MLP(7, 3, [16, 16], generator=gen), {})]:
+        booleans, (out, grad) = boolean_tensors_in_compiled_code(net, x, **kwargs)
+        assert booleans == 0, (type(net).__name__, kwargs)
+        eager_x = x.clone().requires_grad_(True)
+        eager_out = net(eager_x, **kwargs)
+        eager_out.square().sum().backward()
+        torch.testing.assert_close(out, eager_out.detach())
+        torch.testing.assert_close(grad, eager_x.grad)
+    monkeypatch.setattr(gemm, "compilable_relu", torch.relu)
+    assert boolean_tensors_in_compiled_code(EnsembleMLP(7, 3, [16, 16], generator=gen), x, detach_params=True)[0] > 0

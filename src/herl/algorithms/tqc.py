@@ -47,8 +47,12 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, *, targe
     ``tau``), found by binary search; each run's sum of ``huber`` is a polynomial in ``q`` of the run's
     count, sum of ``t`` and sum of ``t**2``, read from prefix sums. Same value and gradient (to float
     rounding; targets are centred per row first to keep it small), about 5x faster.
+
+    Under a compiler it takes the pairwise form instead (:func:`_pairwise_quantile_huber_loss`).
     """
     n_critics, n, n_quantiles = quantiles.shape
+    if torch.compiler.is_compiling():
+        return _pairwise_quantile_huber_loss(quantiles, targets)
     n_targets = targets.shape[1]
     center = targets.detach().mean(dim=1, keepdim=True)
     t = targets.detach() - center
@@ -71,6 +75,20 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, *, targe
     above = quadratic(1, 2) + (prefix_t[:, -1:] - sum_t[2]) - (n_targets - count[2]) * (q + 0.5)  # weight tau
     tau = ((torch.arange(n_quantiles, device=q.device, dtype=q.dtype) + 0.5) / n_quantiles).repeat(n_critics)
     return torch.lerp(below, above, tau).sum() / (n * k * n_targets)
+
+
+def _pairwise_quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """:func:`quantile_huber_loss` over every (critic, row, atom, target) pair, the form a compiler should get: it
+    fuses the pairs into one loop forward and one backward without storing them, where the sorted form's binary
+    search stays an eager op (TQC's loss of 2 x 25 atoms against 46 targets, batch 256, forward and backward, one
+    core: 0.6-0.8 ms compiled in this form, 1.5-1.7 ms compiled in the sorted form, 2.1-2.5 ms eager in the sorted
+    form, 13 ms eager in this one)."""
+    n_quantiles = quantiles.shape[2]
+    tau = (torch.arange(n_quantiles, dtype=quantiles.dtype, device=quantiles.device) + 0.5) / n_quantiles
+    delta = targets.detach()[None, :, None, :] - quantiles[:, :, :, None]  # (critics, batch, quantiles, targets)
+    size = delta.abs()
+    huber = torch.where(size <= 1.0, 0.5 * delta.square(), size - 0.5)
+    return ((tau[:, None] - (delta < 0).to(delta.dtype)).abs() * huber).mean()
 
 
 class TQC(SAC):

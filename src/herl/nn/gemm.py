@@ -134,12 +134,40 @@ class _Linear(torch.autograd.Function):
         return grad_bias, grad_x, grad_w, None
 
 
+class _ReLUForCompilers(torch.autograd.Function):
+    """ReLU whose backward pass multiplies by ``sign(out)``: the same gradient as ``torch.relu``'s, with no boolean
+    tensor in the graph.
+
+    Compiled through AOTAutograd, ``torch.relu``'s backward becomes ``where(out <= 0, 0, grad)``, and the partitioner
+    keeps the mask ``out <= 0`` from the forward pass as a tensor of bools (its cheapest choice of what to save).
+    Inductor's CPU kernels (PyTorch 2.13, AVX-512) store and load such masks element by element: a ReLU with its
+    mask over a (2, 256, 256) block took 2.7 ms compiled against 0.24 ms eager, and with its float form 0.13 ms
+    (one core). With this form the compiled SAC update at [64, 64] went from slower than the eager one to 0.71x its
+    time (``python benchmarks/compiled_update.py --algo sac --net 64 64 --precision float32``)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        out = x.clamp_min(0)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (out,) = ctx.saved_tensors
+        return grad * torch.sign(out)
+
+
+def compilable_relu(x: torch.Tensor) -> torch.Tensor:
+    """``torch.relu(x)``; under a compiler, :class:`_ReLUForCompilers` (the same values and gradients)."""
+    return _ReLUForCompilers.apply(x) if torch.compiler.is_compiling() else torch.relu(x)
+
+
 def addmm(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, *, relu: bool = False) -> torch.Tensor:
     """``bias + x @ w``, then ReLU if ``relu``: x ``(batch, k)``, w ``(k, n)``, bias ``(n,)``."""
     if _choice_allows(x.shape[0], *w.shape, bias, x, w):
         return _Linear.apply(bias.reshape(-1), x, w, relu)  # a (1, n) bias (RenormMLP's) as (n,)
     out = torch.addmm(bias, x, w)
-    return torch.relu(out) if relu else out
+    return compilable_relu(out) if relu else out
 
 
 def baddbmm(bias: torch.Tensor, h: torch.Tensor, w: torch.Tensor, *, relu: bool = False) -> torch.Tensor:
@@ -148,7 +176,7 @@ def baddbmm(bias: torch.Tensor, h: torch.Tensor, w: torch.Tensor, *, relu: bool 
     if _choice_allows(h.shape[1], *w.shape[1:], bias, h, w):
         return _Linear.apply(bias, h, w, relu)
     out = torch.baddbmm(bias, h, w)
-    return torch.relu(out) if relu else out
+    return compilable_relu(out) if relu else out
 
 
 def ensemble_input_layer(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, members: int, *,
@@ -164,4 +192,4 @@ def ensemble_input_layer(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, m
         w_members = w.view(k, members, hidden).transpose(0, 1)  # (members, k, hidden), a view
         return _Linear.apply(bias.view(members, 1, hidden), x.expand(members, *x.shape), w_members, relu)
     h = torch.addmm(bias, x, w).view(x.shape[0], members, -1).transpose(0, 1)
-    return torch.relu(h) if relu else h
+    return compilable_relu(h) if relu else h

@@ -63,6 +63,11 @@ def _layer_norm(h: torch.Tensor, width: int, weight: torch.Tensor, bias: torch.T
     return torch.addcmul(bias.to(h.dtype), h, weight.to(h.dtype))
 
 
+def _activate(activation: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``activation(x)``, with a ReLU as :func:`~herl.nn.gemm.compilable_relu` (no boolean tensors when compiled)."""
+    return gemm.compilable_relu(x) if isinstance(activation, nn.ReLU) else activation(x)
+
+
 class MLP(ReadsFeatures, ActingNetwork, nn.Module):
     """``in_dim -> hidden... -> out_dim`` with an activation between layers (none after the last);
     ``layer_norm``: a layer norm before each hidden activation. DQN's Q-network is one (hence ``predict``, see
@@ -99,12 +104,12 @@ class MLP(ReadsFeatures, ActingNetwork, nn.Module):
                 x = gemm.addmm(layer.bias, x, layer.weight.t(), relu=fuse_relu)
             else:
                 x = nn.functional.linear(x, layer.weight.to(dtype), layer.bias.to(dtype))
-                x = torch.relu(x) if fuse_relu else x
+                x = gemm.compilable_relu(x) if fuse_relu else x
             if self.norms is not None:
                 norm = self.norms[i]
                 x = _layer_norm(x, norm.normalized_shape[0], norm.weight, norm.bias)
             if not fuse_relu:
-                x = self.activation(x)
+                x = _activate(self.activation, x)
             if i == 0 and dtype is not None:
                 x = x.to(dtype)
         return gemm.addmm(last.bias, x if dtype is None else x.float(), last.weight.t())
@@ -172,7 +177,7 @@ class EnsembleMLP(ReadsFeatures, nn.Module):
         if norms is not None:
             h = _layer_norm(h, self.dims[1], *norms[0])
         if not fuse_relu:
-            h = self.activation(h)
+            h = _activate(self.activation, h)
         dtype = self.hidden_dtype if len(weights) > 2 else None
         if dtype is not None:
             h = h.to(dtype)
@@ -183,7 +188,7 @@ class EnsembleMLP(ReadsFeatures, nn.Module):
             if norms is not None:
                 h = _layer_norm(h, self.dims[i + 1], *norms[i])
             if not fuse_relu:
-                h = self.activation(h)
+                h = _activate(self.activation, h)
         return gemm.baddbmm(biases[-1], h if dtype is None else h.float(), weights[-1])
 
     @torch.no_grad()
