@@ -138,12 +138,13 @@ class _ReLUForCompilers(torch.autograd.Function):
     """ReLU whose backward pass multiplies by ``sign(out)``: the same gradient as ``torch.relu``'s, with no boolean
     tensor in the graph.
 
-    Compiled through AOTAutograd, ``torch.relu``'s backward becomes ``where(out <= 0, 0, grad)``, and the partitioner
-    keeps the mask ``out <= 0`` from the forward pass as a tensor of bools (its cheapest choice of what to save).
-    Inductor's CPU kernels (PyTorch 2.13, AVX-512) store and load such masks element by element: a ReLU with its
-    mask over a (2, 256, 256) block took 2.7 ms compiled against 0.24 ms eager, and with its float form 0.13 ms
-    (one core). With this form the compiled SAC update at [64, 64] went from slower than the eager one to 0.71x its
-    time (``python benchmarks/compiled_update.py --algo sac --net 64 64 --precision float32``)."""
+    Compiled, ``torch.relu``'s backward is ``where(out <= 0, 0, grad)``, and the generated code may keep the mask
+    ``out <= 0`` from the forward pass as a tensor of bools (the compiled TQC and SAC updates did, for the critics'
+    pass with their weights held). Inductor's CPU kernels (PyTorch 2.13, AVX-512) store and load such masks element
+    by element: a ReLU with its mask over a (2, 256, 256) block took 2.7 ms compiled against 0.24 ms eager, and with
+    the mask as floats 0.13 ms (one core). With this form the compiled SAC update at [64, 64] went from 1.1x the
+    eager one's time to 0.65-0.71x (``python benchmarks/compiled_update.py --algo sac --net 64 64 --precision
+    float32``)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
