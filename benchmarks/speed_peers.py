@@ -10,8 +10,9 @@ Tasks (``--task``):
 
 herl runs with its default precision (``auto``: bfloat16 hidden layers where the CPU multiplies in them natively,
 else float32; the line says which), in float32, and, where herl multiplies float32 through oneDNN (herl.nn.gemm),
-in float32 with PyTorch's own matmuls too. Each variant learns ``learning_starts + --warmup``
-steps first (SBX compiles its update then), then ``--steps`` more are timed; ``--rounds`` turns, medians reported,
+in float32 with PyTorch's own matmuls too; and with its update compiled (``compile=True``), in ``auto`` and in
+float32. Each variant learns ``learning_starts + --warmup`` steps first (SBX and herl's compiled variants compile
+their updates then), then ``--steps`` more are timed; ``--rounds`` turns, medians reported,
 with herl's ratio to each peer. The process is pinned to ``--core`` and JAX and PyTorch to one thread each
 (XLA_FLAGS is set before JAX is imported).
 
@@ -19,6 +20,7 @@ Usage::
 
     python benchmarks/speed_peers.py --task push --steps 600 --rounds 3
     python benchmarks/speed_peers.py --task reach --steps 1000 --rounds 3
+    python benchmarks/speed_peers.py --task push --only "herl float32 compiled" SBX   # some variants only
 """
 
 from __future__ import annotations
