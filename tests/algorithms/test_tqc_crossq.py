@@ -51,7 +51,6 @@ def test_quantile_huber_loss_matches_the_pairwise_form(scale):
     torch.testing.assert_close(sorted_loss, reference, rtol=1e-5, atol=1e-6)
 
 
-
 @pytest.mark.slow
 def test_the_compiled_quantile_huber_loss_takes_the_pairwise_form_with_the_same_values():
     """Under torch.compile the loss is the pairwise form (a compiler fuses it; the sorted form's binary search would
