@@ -106,13 +106,24 @@ def test_keeps_the_interface_on_cuda_with_every_tensor_there(case: Case):
     ("--xla_dump_to=/tmp/x", "--xla_dump_to=/tmp/x --xla_gpu_enable_command_buffer="),
     ("--xla_gpu_enable_command_buffer=FUSION", "--xla_gpu_enable_command_buffer=FUSION"),
 ])
-def test_jax_imported_by_herl_replays_no_cuda_command_buffers(user_flags, expected):
+@pytest.mark.parametrize("before", ["", "from mujoco import mjx; assert 'jax' in sys.modules; "])
+def test_jax_imported_by_herl_replays_no_cuda_command_buffers(user_flags, expected, before):
     """With them, MJX's compiled step fails on a GPU once its inputs are PyTorch's memory; a user's own choice of the
-    flag is kept, and their other flags too."""
+    flag is kept, and their other flags too. JAX imported first (as ``pytest.importorskip("mujoco.mjx")`` does) still
+    takes the flag: it reads it when it first computes."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     if user_flags is not None:
         env["XLA_FLAGS"] = user_flags
-    code = ("import os, sys; from herl.batched.mjx import import_mjx; assert 'jax' not in sys.modules; "
+    code = (f"import os, sys; {before}from herl.batched.mjx import import_mjx; "
             "import_mjx(); print(os.environ['XLA_FLAGS'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == expected
+
+
+def test_jax_that_has_computed_is_left_as_it_is():
+    """Once JAX has made its backends it reads no flags: herl sets none then (the CUDA env warns instead)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    code = ("import os, jax.numpy as jnp; jnp.zeros(1); from herl.batched.mjx import import_mjx; import_mjx(); "
+            "print(os.environ.get('XLA_FLAGS', 'unset'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "unset"

@@ -26,12 +26,13 @@ COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer"
 def import_mjx(owner: str = "herl's MJX envs") -> tuple[Any, Any, Any]:
     """``(jax, jax.numpy, mujoco.mjx)``; ``ImportError`` naming the package to install when MJX is missing.
 
-    When JAX is not imported yet, two settings are made for it (each unless the user made it): it does not take most
-    of a GPU's memory at start (it shares the GPU with PyTorch here), and it replays no CUDA command buffers
+    When JAX has not started its backends yet (imported or not: it reads its settings when it first computes), two
+    settings are made for it (each unless the user made it): it does not take most of a GPU's memory at start (it
+    shares the GPU with PyTorch here), and it replays no CUDA command buffers
     (``XLA_FLAGS=--xla_gpu_enable_command_buffer=``). With them, XLA's compiled step fails on an H100 once its
     inputs are PyTorch's memory ("Failed to set memcpy D2D node params: CUDA_ERROR_INVALID_VALUE").
     """
-    if "jax" not in sys.modules:
+    if not _jax_started():
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         flags = os.environ.get("XLA_FLAGS", "")
         if COMMAND_BUFFER_FLAG not in flags:
@@ -57,6 +58,18 @@ def import_mjx(owner: str = "herl's MJX envs") -> tuple[Any, Any, Any]:
     return jax, jnp, mjx
 
 
+def _jax_started() -> bool:
+    """Whether JAX has made its backends, after which it reads no more settings from the environment. Importing JAX
+    (``from mujoco import mjx`` does, as does ``pytest.importorskip("mujoco.mjx")``) starts none."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # a JAX without that function: assume the worst
+        return True
+
+
 def jax_device(jax: Any, device: torch.device, owner: str = "herl's MJX envs") -> Any:
     """The JAX device that is ``device``: the CPU, or the CUDA GPU of the same index (with a warning when JAX was
     set up before herl could turn off its CUDA command buffers)."""
@@ -70,9 +83,9 @@ def jax_device(jax: Any, device: torch.device, owner: str = "herl's MJX envs") -
         raise ValueError(f"{owner} on {device}: this JAX has no CUDA backend ({err}); install JAX with CUDA "
                          "(pip install 'jax[cuda13]', the CUDA of your driver) or use device='cpu'") from err
     if COMMAND_BUFFER_FLAG not in os.environ.get("XLA_FLAGS", ""):
-        warnings.warn(f"{owner} on {device}: JAX was imported before herl could turn off its CUDA command buffers, "
+        warnings.warn(f"{owner} on {device}: JAX had started before herl could turn off its CUDA command buffers, "
                       "with which MJX's step can fail on PyTorch's memory (\"Failed to set memcpy D2D node params\"); "
-                      f"set XLA_FLAGS={COMMAND_BUFFER_FLAG}= before JAX is imported", RuntimeWarning, stacklevel=4)
+                      f"set XLA_FLAGS={COMMAND_BUFFER_FLAG}= before JAX first computes", RuntimeWarning, stacklevel=4)
     return found
 
 
