@@ -6,7 +6,10 @@ see the same machine. Times are process time per update (CPU) or wall time with 
 ``--rounds`` rounds of ``--updates`` updates, after ``--warmup`` updates that include compiling.
 
     python benchmarks/compiled_update.py [--algo tqc] [--net 256 256] [--batch 256] [--precision float32 bfloat16]
-        [--device cpu|cuda] [--updates 200] [--rounds 5]
+        [--device cpu|cuda] [--whole-step-on-cuda] [--updates 200] [--rounds 5]
+
+On a CPU ``compile=True`` compiles the whole step as one function (``herl.training.fused_step``); on CUDA the loss
+alone, in CUDA graphs, unless ``--whole-step-on-cuda``.
 """
 
 from __future__ import annotations
@@ -57,12 +60,25 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--precision", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--whole-step-on-cuda", action="store_true",
+                        help="on CUDA, compile the whole step as one function (CUDA graphs), as on the CPU, instead of "
+                             "the loss alone")
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.whole_step_on_cuda:
+        import herl.training.fused_step as fused_step
+
+        declines = fused_step.fused_step_unsupported
+
+        def unless_on_cuda(model):
+            reason = declines(model)
+            return None if reason and model.device.type == "cuda" and reason.startswith("the model is on") else reason
+
+        fused_step.fused_step_unsupported = unless_on_cuda
     device = torch.device(args.device)
     box = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
     obs_space = gym.spaces.Dict({"observation": gym.spaces.Box(-np.inf, np.inf, (25,), np.float32),

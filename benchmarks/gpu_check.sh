@@ -10,8 +10,9 @@
 #      BatchedPointReach at 16,384 envs;
 #   5. the compiled update on CUDA (compile=True: CUDA graphs): its test against the eager update for TQC with HER,
 #      then its time per update against the eager one's for TQC at the zoo's size ([512]*3, batch 2048)
-#      (benchmarks/compiled_update.py), and env steps/s while learning with the zoo's recipe on
-#      FetchPush, eager against compiled, with one env and with 8 envs in their own processes (benchmarks/fetch_tqc.py).
+#      (benchmarks/compiled_update.py; also with the whole step compiled, as on a CPU), and env steps/s while
+#      learning with the zoo's recipe on FetchPush, eager against compiled, with one env and with 8 envs in their own
+#      processes (benchmarks/fetch_tqc.py).
 #
 # The checks of correctness (1, 2 and 5's test) run at once; the timed parts then run one at a time, alone.
 #
@@ -83,6 +84,10 @@ grep -A4 "^| n_envs" "$LOG" | tail -n +3
 # 5c. the compiled update's time per step against the eager one's
 part "compiled update speed, zoo size" timeout 100 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
     --net 512 512 512 --batch 2048 --precision float32 --updates 100 --rounds 3
+grep "^| float32" "$LOG" | tail -n 1
+# 5d. the same with the whole step (loss, gradients, Adam) compiled into the CUDA graphs, as compile=True does on a CPU
+part "whole step compiled, zoo size" timeout 100 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
+    --net 512 512 512 --batch 2048 --precision float32 --updates 100 --rounds 3 --whole-step-on-cuda
 grep "^| float32" "$LOG" | tail -n 1
 # 3. the fetch_push preset's first 3,000 decisions on CUDA
 start=$SECONDS

@@ -1,7 +1,8 @@
-"""``compile=True``: the update's loss through torch.compile computes what the eager update does, for every algorithm
-that takes it and every input form its eager update takes (goal and Box observations, HER, prioritized replay,
-demonstrations, images through an extractor); a model that cannot compile warns and trains on eagerly; a compiled model
-saves, loads and trains on as one never interrupted; CrossQ refuses it with the reason.
+"""``compile=True``: the compiled update computes what the eager update does, for every algorithm that takes it and
+every input form its eager update takes (goal and Box observations, HER, prioritized replay, demonstrations, images
+through an extractor); on a CPU the whole step is one compiled function, which reads step-size schedules and groups and
+leaves an optimizer it cannot run to the compiled loss; a model that cannot compile warns and trains on eagerly; a
+compiled model saves, loads and trains on as one never interrupted; CrossQ refuses it with the reason.
 
 Compiling takes seconds per model (inductor's C++ backend on the CPU), so these are slow tests.
 """
@@ -27,10 +28,10 @@ def reach_expert(obs):
     return np.clip(3.0 * (obs["desired_goal"] - obs["achieved_goal"]), -1.0, 1.0).astype(np.float32)
 
 
-def make(algo: str, form: str, compile: bool, seed: int = 0):
+def make(algo: str, form: str, compile: bool, seed: int = 0, **settings):
     cls = ALGOS[algo]
     kwargs = dict(seed=seed, learning_starts=20, batch_size=16, buffer_size=400, compile=compile,
-                  policy_kwargs=dict(net_arch=[32, 32]))
+                  policy_kwargs=dict(net_arch=[32, 32], **settings.pop("policy_kwargs", {})), **settings)
     if algo in ("DDPG", "TD3"):
         kwargs["action_noise"] = NormalActionNoise(np.zeros(2), 0.2 * np.ones(2))
     if form == "her":
@@ -137,3 +138,39 @@ def test_compile_can_be_switched_on_a_built_model_and_crossq_refuses_it():
     assert model.compile_seconds is not None
     with pytest.raises(ConfigError, match="CrossQ's batch renormalization counts its steps in Python"):
         CrossQ("MlpPolicy", "Pendulum-v1", compile=True)
+
+
+def test_on_a_cpu_the_whole_step_is_one_function_and_leaves_adam_state_the_eager_step_reads():
+    """No parameter keeps a ``.grad`` (the gradients live inside the compiled function), and the optimizer's state is
+    torch's Adam's: switched to the eager update, the model trains on as one that was never compiled."""
+    compiled, eager = make("TD3", "her", True), make("TD3", "her", False)
+    for m in (compiled, eager):
+        m.learn(41)  # TD3's actor updates every second step: the whole step leaves it out of the others
+    assert all(p.grad is None for p in compiled.policy.parameters())
+    assert any(p.grad is not None for p in eager.policy.parameters())
+    assert_close_models(eager, compiled)
+    compiled.compile = False
+    for m in (compiled, eager):
+        m.learn(20, reset_num_timesteps=False)
+    assert any(p.grad is not None for p in compiled.policy.parameters())
+    assert_close_models(eager, compiled)
+
+
+@pytest.mark.parametrize("setting", ["lr_schedule", "actor_learning_rate", "AdamW"])
+def test_the_whole_step_follows_schedules_and_groups_and_leaves_other_optimizers_to_the_compiled_loss(setting):
+    algo = "TD3" if setting == "actor_learning_rate" else "SAC"
+    settings = {"actor_learning_rate": dict(actor_learning_rate=3e-4),
+                "AdamW": dict(policy_kwargs=dict(optimizer_class=torch.optim.AdamW))}.get(setting, {})
+    eager, compiled = make(algo, "her", False, **settings), make(algo, "her", True, **settings)
+    for m in (eager, compiled):
+        if setting == "lr_schedule":
+            m.lr_schedule = lambda progress: 3e-3 * progress
+        m.learn(60)
+    assert_close_models(eager, compiled)
+    groups = compiled.optimizers["optimizer"].param_groups
+    if setting == "lr_schedule":
+        assert groups[0]["lr"] < 3e-3 * 0.5
+    if setting == "actor_learning_rate":
+        assert len(groups) == 2
+    has_grads = any(p.grad is not None for p in compiled.policy.parameters())
+    assert has_grads == (setting == "AdamW")  # AdamW: the compiled loss, then autograd and AdamW's own step

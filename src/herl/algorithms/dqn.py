@@ -146,8 +146,8 @@ class DQN(OffPolicyAlgorithm):
         loss = (batch.weights * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
         return loss, {"loss": loss, "td_error": (q - target).detach()}
 
-    def _before_step(self) -> None:
-        nn.utils.clip_grad_norm_(self.q_net.parameters(), self.config.max_grad_norm, foreach=True)
+    def _grad_clip_norm(self) -> float | None:
+        return self.config.max_grad_norm
 
     def _after_step(self, batch: Any, inputs: bool, info: dict[str, Any]) -> dict[str, Any]:
         if "td_error" in info:

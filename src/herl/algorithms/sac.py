@@ -163,7 +163,9 @@ class SAC(OffPolicyAlgorithm):
             actor_loss = actor_loss + self.config.bc_loss_weight * demo_loss
         loss = critic_loss + actor_loss
         if self.learn_ent_coef:
-            ent_coef_loss = -(self.log_ent_coef * (log_prob.detach() + self.target_entropy)).mean()
+            # read through the networks (model.policy), where the compiled whole step swaps in what it differentiates
+            log_ent_coef = self.nets["ent_coef"]["log_ent_coef"]
+            ent_coef_loss = -(log_ent_coef * (log_prob.detach() + self.target_entropy)).mean()
             loss = loss + ent_coef_loss
         info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "ent_coef": ent_coef}
         if self.config.bc_loss_weight:

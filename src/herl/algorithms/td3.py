@@ -142,6 +142,11 @@ class TD3(OffPolicyAlgorithm):
                 info["bc_loss"] = demo_loss
         return loss, info
 
+    def _parameters_left_out(self, inputs: tuple[torch.Tensor | None, bool]) -> set[int]:
+        """Between delayed updates the loss does not reach the actor (nor an extractor it shares: the critics read
+        its features as constants)."""
+        return set() if inputs[1] else {id(p) for p in self.actor.parameters()}
+
     def _after_step(self, batch: Any, inputs: tuple[torch.Tensor | None, bool], info: dict[str, Any]) -> dict[str, Any]:
         """The targets follow with the actor; the losses logged are those of the last step that updated the actor."""
         if not inputs[1]:

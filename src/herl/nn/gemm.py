@@ -147,10 +147,12 @@ class _ReLUForCompilers(torch.autograd.Function):
     float32``)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        out = x.clamp_min(0)
-        ctx.save_for_backward(out)
-        return out
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x.clamp_min(0)
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:  # torch.func.grad's form
+        ctx.save_for_backward(output)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:

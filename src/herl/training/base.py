@@ -9,7 +9,8 @@ An algorithm subclasses :class:`OffPolicyAlgorithm` and defines
 - ``_act(x, deterministic)``: actions for encoded observations (what ``predict`` and the loop call);
 - ``_update(batch)``: one gradient step; the algorithms here define its parts instead (``_update_inputs``,
   ``_losses``, ``_after_step``: see :meth:`OffPolicyAlgorithm._update`), so that ``compile=True`` can compile the
-  part that computes the loss.
+  step (on a CPU the whole of it: :mod:`herl.training.fused_step`). ``_losses`` reads parameters through
+  ``self.nets`` and changes no tensor: the compiled step differentiates it with ``torch.func.grad``.
 
 The loop that touches the environment is :func:`herl.training.loop.run`, the only one.
 """
@@ -291,21 +292,27 @@ class OffPolicyAlgorithm:
         An algorithm defines ``_update_inputs(batch)``: what the step draws from the model's generator and decides in
         Python (noise, whether the actor or the targets update), drawn eagerly so a compiled loss neither touches the
         generator nor depends on counters; ``_losses(batch, inputs)``: the loss and the values to log, from tensors
-        only; and ``_after_step(batch, inputs, info)``, returning what ``train_info`` becomes.
+        only, after the normalizer took the batch in (``_take_in``); ``_after_step(batch, inputs, info)``, returning
+        what ``train_info`` becomes; and, where they apply, ``_grad_clip_norm()`` and ``_parameters_left_out(inputs)``.
         """
         if self._reshape_actions:
             batch = self._network_batch(batch)
         inputs = self._update_inputs(batch)
-        losses = self._loss_function()
-        if losses == self._losses:
-            loss, info = losses(batch, inputs)
+        fused = self._fused_step()
+        if fused is not None:
+            info = fused(batch, inputs)  # takes the batch in too
         else:
-            loss, info = self._compiled_call(losses, batch, inputs)
-        optimizer = self.optimizers["optimizer"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self._before_step()
-        optimizer.step()
+            self._take_in(batch)
+            losses = self._loss_function()
+            if losses == self._losses:
+                loss, info = losses(batch, inputs)
+            else:
+                loss, info = self._compiled_call(losses, batch, inputs)
+            optimizer = self.optimizers["optimizer"]
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self._before_step()
+            optimizer.step()
         self._train_info = self._after_step(batch, inputs, info)
 
     @property
@@ -327,7 +334,21 @@ class OffPolicyAlgorithm:
         raise NotImplementedError
 
     def _before_step(self) -> None:
-        """Between the backward pass and Adam's step (DQN clips its gradients here)."""
+        """Between the backward pass and Adam's step: clips the gradients to ``_grad_clip_norm()``, if any."""
+        norm = self._grad_clip_norm()
+        if norm is not None:
+            params = [p for group in self.optimizers["optimizer"].param_groups for p in group["params"]]
+            nn.utils.clip_grad_norm_(params, norm, foreach=True)
+
+    def _grad_clip_norm(self) -> float | None:
+        """The norm the gradients of a step are clipped to (all of the optimizer's together), or None."""
+        return None
+
+    def _parameters_left_out(self, inputs: Any) -> set[int]:
+        """``id`` of each trained parameter the step with these ``inputs`` leaves as it is (its loss does not reach
+        it, so the eager step finds no gradient for it and Adam passes it by); the compiled whole step (see
+        :mod:`herl.training.fused_step`) must be told. TD3 leaves its actor out between delayed updates."""
+        return set()
 
     def _after_step(self, batch: Any, inputs: Any, info: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
@@ -359,9 +380,44 @@ class OffPolicyAlgorithm:
             _shape_optimizer_state(optimizer)
         seed = int(torch.randint(0, 2**62, (1,), generator=self.torch_rng, device=self.torch_rng.device).item())
         self.torch_rng = torch.Generator(device=device).manual_seed(seed)
-        self.__dict__.pop("_compiled_losses", None)  # compiled for the old device: compiled anew at the next update
+        for compiled in ("_compiled_losses", "_fused"):  # compiled for the old device: compiled anew at the next update
+            self.__dict__.pop(compiled, None)
         if self.replay_buffer is not None and hasattr(self.replay_buffer, "device"):
             self.replay_buffer.device = device
+
+    def _fused_step(self) -> Callable[[Any, Any], dict[str, Any]] | None:
+        """With ``compile=True`` on a CPU: the whole step compiled as one function (:mod:`herl.training.fused_step`;
+        built at the first update, and timed), where the model allows it; else None."""
+        if not self.config.compile:
+            return None
+        fused = self.__dict__.get("_fused")
+        if fused is None:
+            from herl.training.fused_step import FusedStep, fused_step_unsupported
+
+            if fused_step_unsupported(self) is not None:
+                self.__dict__["_fused"] = False
+                return None
+            fused = self.__dict__["_fused"] = FusedStep(self)
+            return functools.partial(self._first_fused_call, fused)
+        return fused or None
+
+    def _first_fused_call(self, fused: Any, batch: Any, inputs: Any) -> dict[str, Any]:
+        start = time.perf_counter()
+        try:
+            info = fused(batch, inputs)
+        except Exception as err:  # noqa: BLE001 - any compiler failure: train on, eagerly, and say why
+            self._compile_failed(err)
+            self.__dict__["_fused"] = False
+            self._take_in(batch)
+            loss, info = self._losses(batch, inputs)
+            optimizer = self.optimizers["optimizer"]
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self._before_step()
+            optimizer.step()
+            return info
+        self._compiled(start)
+        return info
 
     def _loss_function(self) -> Callable[[Any, Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]:
         """``_losses``, or its compiled version with ``compile=True`` (built at the first update, and timed)."""
@@ -389,15 +445,21 @@ class OffPolicyAlgorithm:
         try:
             out = compiled(batch, inputs)
         except Exception as err:  # noqa: BLE001 - any compiler failure: train on, eagerly, and say why
-            warnings.warn(f"{type(self).__name__}(compile=True): torch.compile could not compile the update "
-                          f"({type(err).__name__}: {str(err)[:300]}); training goes on with the eager update, which "
-                          "computes the same", RuntimeWarning, stacklevel=4)
+            self._compile_failed(err)
             self.__dict__["_compiled_losses"] = self._losses
             return self._losses(batch, inputs)
+        self._compiled(start)
+        return out
+
+    def _compile_failed(self, err: Exception) -> None:
+        warnings.warn(f"{type(self).__name__}(compile=True): torch.compile could not compile the update "
+                      f"({type(err).__name__}: {str(err)[:300]}); training goes on with the eager update, which "
+                      "computes the same", RuntimeWarning, stacklevel=5)
+
+    def _compiled(self, start: float) -> None:
         self.compile_seconds = time.perf_counter() - start
         if self.verbose >= 1:
             print(f"{type(self).__name__}: compiled the update in {self.compile_seconds:.1f} s")
-        return out
 
     # ------------------------------------------------------------------ helpers for algorithms
     @property
@@ -467,14 +529,15 @@ class OffPolicyAlgorithm:
             raise ValueError(f"policy_kwargs optimizer_class={name or 'Adam'!r} with optimizer_kwargs={dict(kwargs)!r} "
                              f"cannot be built: {err}") from None
 
-    def encode_batch(self, batch: Any) -> torch.Tensor:
-        """Normalized network inputs of a batch: observations stacked over next observations, ``(2 * batch, dim)``.
+    def _take_in(self, batch: Any) -> None:
+        """The normalizer takes the batch's observations in, before the loss reads them normalized: most of their
+        desired goals are relabeled ones, the goals the networks are trained on (HER pitfall 9)."""
+        self.encoder.update(self.encoder.flatten(batch.observations))
 
-        The normalizer first takes the batch's observations in: most of their desired goals are
-        relabeled ones, the goals the networks are trained on (HER pitfall 9).
-        """
+    def encode_batch(self, batch: Any) -> torch.Tensor:
+        """Normalized network inputs of a batch: observations stacked over next observations, ``(2 * batch, dim)``
+        (the update took the batch's observations into the normalizer first: :meth:`_take_in`)."""
         x = self.encoder.flatten(batch.observations)
-        self.encoder.update(x)
         return self.encoder.normalize(torch.cat([x, self.encoder.flatten(batch.next_observations)]))
 
     @torch.no_grad()

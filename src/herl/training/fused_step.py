@@ -1,0 +1,125 @@
+"""The whole gradient step as one compiled function: ``compile=True`` on a CPU.
+
+Compiling the loss alone (what ``compile=True`` does on CUDA, where CUDA graphs replay it) leaves the rest of the step
+eager: the autograd engine runs the compiled backward graph, then ``zero_grad``, the optimizer's step and their
+Python. On a CPU core that fixed cost is most of a small network's update (SAC [64, 64] at batch 256: ~1 ms of ~2).
+Here the gradients come from ``torch.func.grad`` inside the compiled function, so the loss, its gradients, the
+clipping an algorithm asks for and Adam's step are one graph: inductor fuses them into a few kernels, called from one
+Python call, with no autograd engine and no ``.grad`` tensors.
+
+Adam's step is ``torch.optim.Adam``'s (``fused=True``): the same formula on the same state tensors
+(``optimizer.state[p]``: ``step``, ``exp_avg``, ``exp_avg_sq``), so a model saves, loads and trains on eagerly or
+compiled, either way. A parameter an algorithm leaves out of a step (TD3's actor between its delayed updates) keeps its
+state, as an eager step that finds no gradient for it does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def fused_step_unsupported(model: Any) -> str | None:
+    """Why ``model``'s update cannot run as one compiled function (then the loss alone is compiled), or None."""
+    if model.device.type != "cpu":  # on CUDA not measured yet: benchmarks/compiled_update.py --whole-step-on-cuda
+        return f"the model is on {model.device} (there the compiled loss runs in CUDA graphs)"
+    optimizer = model.optimizers.get("optimizer")
+    if type(optimizer) is not torch.optim.Adam:
+        return f"its optimizer is {type(optimizer).__name__}, not Adam"
+    first = optimizer.param_groups[0]
+    for group in optimizer.param_groups:
+        for key in ("weight_decay", "amsgrad", "maximize", "differentiable", "capturable"):
+            if group.get(key):
+                return f"its Adam has {key}={group[key]}"
+        if any(torch.is_tensor(group[key]) for key in ("lr", "eps")) or any(torch.is_tensor(b) for b in group["betas"]):
+            return "its Adam's settings are tensors"
+        if (group["betas"], group["eps"]) != (first["betas"], first["eps"]):
+            return "its parameter groups differ in more than their step sizes"
+    named = {id(p) for p in model.nets.parameters()}
+    if any(id(p) not in named for group in optimizer.param_groups for p in group["params"]):
+        return "its optimizer trains a parameter outside model.policy"
+    return None
+
+
+class _Losses(nn.Module):
+    """``model._losses`` as a module over ``model.policy``, for ``torch.func.functional_call``."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.nets = model.nets
+        self._model = model  # a plain attribute: the model is no module
+
+    def forward(self, batch: Any, inputs: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        return self._model._losses(batch, inputs)
+
+
+class FusedStep:
+    """One update of ``model``: ``step(batch, inputs)`` returns ``_losses``' info (after the parameters moved)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.losses = _Losses(model)
+        self._names: dict[int, str] = {}
+        self._lrs = torch.zeros(0, dtype=torch.float64, device=model.device)
+        self.cuda = model.device.type == "cuda"
+        self.compiled = torch.compile(self._step, mode="reduce-overhead" if self.cuda else None, dynamic=False)
+
+    def __call__(self, batch: Any, inputs: Any) -> dict[str, Any]:
+        model = self.model
+        optimizer = model.optimizers["optimizer"]
+        groups = optimizer.param_groups
+        if len(self._lrs) != len(groups):
+            self._lrs = torch.zeros(len(groups), dtype=torch.float64, device=model.device)
+        for i, group in enumerate(groups):
+            self._lrs[i] = group["lr"]
+        left_out = model._parameters_left_out(inputs)
+        trained = [(i, p) for i, group in enumerate(groups) for p in group["params"]
+                   if p.requires_grad and id(p) not in left_out]
+        if any(id(p) not in self._names for _, p in trained):
+            self._names = {id(p): name for name, p in self.losses.named_parameters()}
+        states = [_adam_state(optimizer, p) for _, p in trained]
+        if self.cuda:  # CUDA graphs reuse their output memory at the next call: each call starts a new step
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.no_grad():
+            info = self.compiled(batch, inputs, tuple(self._names[id(p)] for _, p in trained), [p for _, p in trained],
+                                 [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                                 [s["step"] for s in states], self._lrs, tuple(i for i, _ in trained),
+                                 groups[0]["betas"], groups[0]["eps"], model._grad_clip_norm())
+        return {k: v.clone() if self.cuda and torch.is_tensor(v) else v for k, v in info.items()}
+
+    def _step(self, batch: Any, inputs: Any, names: tuple[str, ...], params: list[torch.Tensor],
+              exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor],
+              lrs: torch.Tensor, group_of: tuple[int, ...], betas: tuple[float, float], eps: float,
+              clip: float | None) -> dict[str, Any]:
+        def loss(trainable: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+            return torch.func.functional_call(self.losses, trainable, (batch, inputs), strict=False)
+
+        self.model._take_in(batch)  # a transform of the loss may not change its captured tensors: here, before it
+        found, info = torch.func.grad(loss, has_aux=True)(dict(zip(names, params)))
+        grads = [found[name] for name in names]
+        if clip is not None:  # torch.nn.utils.clip_grad_norm_'s
+            total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            grads = [g * (clip / (total + 1e-6)).clamp(max=1.0) for g in grads]
+        beta1, beta2 = betas
+        for param, grad, exp_avg, exp_avg_sq, step, group in zip(params, grads, exp_avgs, exp_avg_sqs, steps, group_of):
+            step.add_(1)
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            count = step.double()
+            step_size = (lrs[group] / (1 - beta1 ** count)).float()
+            denom = exp_avg_sq.sqrt() / (1 - beta2 ** count).sqrt().float() + eps
+            param.sub_(step_size * exp_avg / denom)
+        return info
+
+
+def _adam_state(optimizer: torch.optim.Adam, param: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``optimizer.state[param]``, made as Adam makes it at its first step when it is not there yet."""
+    state = optimizer.state[param]
+    if not state:
+        fused = any(p is param for g in optimizer.param_groups if g.get("fused") for p in g["params"])
+        state["step"] = torch.zeros((), dtype=torch.float32, device=param.device if fused else "cpu")
+        state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+    return state
