@@ -80,8 +80,12 @@ class FusedStep:
         if any(id(p) not in self._names for _, p in trained):
             self._names = {id(p): name for name, p in self.losses.named_parameters()}
         states = [_adam_state(optimizer, p) for _, p in trained]
-        if self.cuda:  # CUDA graphs reuse their output memory at the next call: each call starts a new step
-            torch.compiler.cudagraph_mark_step_begin()
+        if self.cuda:
+            from torch._dynamo import mark_static_address
+
+            for tensor in (self._lrs, *(t for state in states for t in state.values())):
+                mark_static_address(tensor, guard=False)  # updated in place: the memory the graphs replay
+            torch.compiler.cudagraph_mark_step_begin()  # the graphs reuse their output memory: a new step begins
         with torch.no_grad():
             info = self.compiled(batch, inputs, tuple(self._names[id(p)] for _, p in trained), [p for _, p in trained],
                                  [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
