@@ -299,21 +299,23 @@ class OffPolicyAlgorithm:
             batch = self._network_batch(batch)
         inputs = self._update_inputs(batch)
         fused = self._fused_step()
-        if fused is not None:
-            info = fused(batch, inputs)  # takes the batch in too
-        else:
-            self._take_in(batch)
-            losses = self._loss_function()
-            if losses == self._losses:
-                loss, info = losses(batch, inputs)
-            else:
-                loss, info = self._compiled_call(losses, batch, inputs)
-            optimizer = self.optimizers["optimizer"]
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self._before_step()
-            optimizer.step()
+        info = fused(batch, inputs) if fused is not None else self._loss_step(batch, inputs)
         self._train_info = self._after_step(batch, inputs, info)
+
+    def _loss_step(self, batch: Any, inputs: Any) -> dict[str, Any]:
+        """The step with the loss eager or compiled alone: then autograd, clipping and the optimizer's own step."""
+        self._take_in(batch)
+        losses = self._loss_function()
+        if losses == self._losses:
+            loss, info = losses(batch, inputs)
+        else:
+            loss, info = self._compiled_call(losses, batch, inputs)
+        optimizer = self.optimizers["optimizer"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self._before_step()
+        optimizer.step()
+        return info
 
     @property
     def _reshape_actions(self) -> bool:
@@ -408,14 +410,8 @@ class OffPolicyAlgorithm:
         except Exception as err:  # noqa: BLE001 - any compiler failure: train on, eagerly, and say why
             self._compile_failed(err)
             self.__dict__["_fused"] = False
-            self._take_in(batch)
-            loss, info = self._losses(batch, inputs)
-            optimizer = self.optimizers["optimizer"]
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self._before_step()
-            optimizer.step()
-            return info
+            self.__dict__["_compiled_losses"] = self._losses  # no second try with the loss alone
+            return self._loss_step(batch, inputs)
         self._compiled(start)
         return info
 
