@@ -6,10 +6,12 @@ see the same machine. Times are process time per update (CPU) or wall time with 
 ``--rounds`` rounds of ``--updates`` updates, after ``--warmup`` updates that include compiling.
 
     python benchmarks/compiled_update.py [--algo tqc] [--net 256 256] [--batch 256] [--precision float32 bfloat16]
-        [--device cpu|cuda] [--whole-step-on-cuda] [--updates 200] [--rounds 5]
+        [--device cpu|cuda] [--updates 200] [--rounds 5]
 
 On a CPU ``compile=True`` compiles the whole step as one function (``herl.training.fused_step``); on CUDA the loss
-alone, in CUDA graphs, unless ``--whole-step-on-cuda``.
+alone, in CUDA graphs. On CUDA a third model, seeded alike, compiles the whole step there too (CUDA graphs;
+benchmarks/whole_step_on_cuda.py) and takes its turn. The table ends with each compiled model's largest weight
+difference to the eager one after all its updates (the same batches in the same order).
 """
 
 from __future__ import annotations
@@ -60,38 +62,32 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--precision", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--whole-step-on-cuda", action="store_true",
-                        help="on CUDA, compile the whole step as one function (CUDA graphs), as on the CPU, instead of "
-                             "the loss alone")
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.whole_step_on_cuda:
-        import herl.training.fused_step as fused_step
-
-        declines = fused_step.fused_step_unsupported
-
-        def unless_on_cuda(model):
-            reason = declines(model)
-            return None if reason and model.device.type == "cuda" and reason.startswith("the model is on") else reason
-
-        fused_step.fused_step_unsupported = unless_on_cuda
     device = torch.device(args.device)
+    whole_on_cuda = device.type == "cuda"
     box = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
     obs_space = gym.spaces.Dict({"observation": gym.spaces.Box(-np.inf, np.inf, (25,), np.float32),
                                  "achieved_goal": box, "desired_goal": box})
     cls = ALGOS[args.algo]
     action_space = gym.spaces.Discrete(4) if cls is DQN else gym.spaces.Box(-1, 1, (4,), np.float32)
     print(f"{cls.__name__}, net {args.net}, batch {args.batch}, {args.threads} thread(s), {device}, torch {torch.__version__}")
-    print("| precision | eager ms/update | compiled ms/update | compiled/eager | compile s |")
-    print("|---|---|---|---|---|")
+    names = ["compiled"] + (["whole step compiled"] if whole_on_cuda else [])
+    print("| precision | eager ms/update | " + " | ".join(f"{n} ms/update | {n}/eager | compile s" for n in names)
+          + " | largest weight difference to eager |")
+    print("|---" * (2 + 3 * len(names)) + "|---|")
     for precision in args.precision:
         models = [cls("MultiInputPolicy", None, observation_space=obs_space, action_space=action_space, device=device,
                       seed=0, batch_size=args.batch, compile=compile,
-                      policy_kwargs=dict(net_arch=args.net, precision=precision)) for compile in (False, True)]
+                      policy_kwargs=dict(net_arch=args.net, precision=precision)) for compile in [False] + [True] * len(names)]
+        if whole_on_cuda:
+            from whole_step_on_cuda import choose
+
+            choose(models[2])
         rng = torch.Generator().manual_seed(0)
         action_dim = 1 if cls is DQN else 4
         batches = [batch(args.batch, obs_space, action_dim, device, rng) for _ in range(8)]
@@ -100,12 +96,16 @@ def main() -> None:
                 b.actions = b.actions.abs().mul(3).round().long().clamp(0, 3)
         for model in models:
             timed(model, (batches[i % 8] for i in range(args.warmup)), device)
-        times: list[list[float]] = [[], []]
+        times: list[list[float]] = [[] for _ in models]
         for _ in range(args.rounds):
             for i, model in enumerate(models):
                 times[i].append(timed(model, (batches[j % 8] for j in range(args.updates)), device) / args.updates * 1e3)
-        eager, compiled = (statistics.median(t) for t in times)
-        print(f"| {precision} | {eager:.2f} | {compiled:.2f} | {compiled / eager:.2f} | {models[1].compile_seconds:.1f} |")
+        eager, *compiled = (statistics.median(t) for t in times)
+        differences = [max((a - b).abs().max().item() for a, b in zip(models[0].nets.parameters(), m.nets.parameters()))
+                       for m in models[1:]]
+        print(f"| {precision} | {eager:.2f} | " + " | ".join(f"{c:.2f} | {c / eager:.2f} | {m.compile_seconds:.1f}"
+                                                            for c, m in zip(compiled, models[1:]))
+              + " | " + ", ".join(f"{d:.1e}" for d in differences) + " |")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@
 #   3. the first 3,000 decisions of the fetch_push preset on CUDA, timed (decisions/s);
 #   4. batched goal envs on the device (herl.batched): env steps per minute end to end, SAC + HER on
 #      BatchedPointReach at 16,384 envs;
-#   5. the compiled update on CUDA (compile=True: CUDA graphs): its test against the eager update for TQC with HER,
-#      then its time per update against the eager one's for TQC at the zoo's size ([512]*3, batch 2048)
-#      (benchmarks/compiled_update.py; also with the whole step compiled, as on a CPU), and env steps/s while
-#      learning with the zoo's recipe on FetchPush, eager against compiled, with one env and with 8 envs in their own
-#      processes (benchmarks/fetch_tqc.py).
+#   5. the compiled update on CUDA (compile=True: the loss in CUDA graphs): its test against the eager update for TQC
+#      with HER, and the whole step (loss, gradients, Adam) in CUDA graphs, as compile=True does on a CPU, against the
+#      eager update; then time per update at the zoo's size ([512]*3, batch 2048) of the eager step, the compiled
+#      loss and the whole step compiled (benchmarks/compiled_update.py), and env steps/s while learning with the zoo's
+#      recipe on FetchPush with 8 envs in their own processes, the same three taking turns (benchmarks/fetch_tqc.py;
+#      with one env: gpu_zoo_speed.sh).
 #
 # The checks of correctness (1, 2 and 5's test) run at once; the timed parts then run one at a time, alone.
 #
@@ -61,8 +62,8 @@ part "cuda tests" timeout 270 "${PYTEST[@]}" "${XDIST[@]}" \
 # 2. a CUDA run killed after a checkpoint and resumed, against the same run never interrupted
 part "cli resume on cuda" timeout 200 "$PY" benchmarks/gpu_resume_check.py "$OUT_DIR/resume" &
 # 5a. the compiled update (CUDA graphs) equals the eager one on CUDA: goal envs with HER, and images
-part "compiled update test" timeout 200 "${PYTEST[@]}" "${XDIST[@]/6/3}" tests/algorithms/test_compiled_update.py \
-    -k "TQC-her or DQN-her or SAC-images" &
+part "compiled update test" timeout 240 "${PYTEST[@]}" "${XDIST[@]/6/3}" tests/algorithms/test_compiled_update.py \
+    -k "TQC-her or DQN-her or SAC-images or whole_step_in_cuda_graphs" &
 wait
 if [ $QUICK = 1 ]; then
     echo "total $SECONDS s (--quick: the timings left out)" | tee -a "$LOG"
@@ -71,24 +72,19 @@ if [ $QUICK = 1 ]; then
 fi
 
 # timings, one at a time
-# 5b. the zoo's recipe on FetchPush-v4, eager against compiled (compile time paid in the warm-up, untimed)
-part "zoo recipe, 1 env" timeout 150 "$PY" benchmarks/fetch_tqc.py speed --device cuda --net-arch 512 512 512 \
-    --batch-size 2048 --steps 300 --warmup 30 --repeats 1 --variants herl-float32 herl-float32-compiled
-part "zoo recipe, 8 envs" timeout 150 "$PY" benchmarks/fetch_tqc.py speed --device cuda --net-arch 512 512 512 \
-    --batch-size 2048 --steps 800 --warmup 80 --repeats 1 --n-envs 8 --variants herl-float32 herl-float32-compiled
+# 5b. time per update at the zoo's size: eager, the compiled loss, the whole step compiled (compile time reported)
+part "compiled update speed, zoo size" timeout 150 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
+    --net 512 512 512 --batch 2048 --precision float32 --updates 100 --rounds 3
+grep "^| float32" "$LOG" | tail -n 1
+# 5c. the zoo's recipe on FetchPush-v4 with 8 envs, the three taking turns (compile time paid in the warm-up, untimed)
+part "zoo recipe, 8 envs" timeout 200 "$PY" benchmarks/fetch_tqc.py speed --device cuda --net-arch 512 512 512 \
+    --batch-size 2048 --steps 800 --warmup 80 --repeats 1 --n-envs 8 \
+    --variants herl-float32 herl-float32-compiled herl-float32-whole
 grep "^median" "$LOG"
 # 4. batched envs, buffer and updates on the device: env steps per minute end to end
 part "batched throughput" timeout 100 "$PY" benchmarks/batched_throughput.py --device cuda --n-envs 16384 \
     --steps 1000000 --warmup 200000 --batch-size 4096 --updates-per-step 0.001
 grep -A4 "^| n_envs" "$LOG" | tail -n +3
-# 5c. the compiled update's time per step against the eager one's
-part "compiled update speed, zoo size" timeout 100 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
-    --net 512 512 512 --batch 2048 --precision float32 --updates 100 --rounds 3
-grep "^| float32" "$LOG" | tail -n 1
-# 5d. the same with the whole step (loss, gradients, Adam) compiled into the CUDA graphs, as compile=True does on a CPU
-part "whole step compiled, zoo size" timeout 100 "$PY" benchmarks/compiled_update.py --device cuda --algo tqc \
-    --net 512 512 512 --batch 2048 --precision float32 --updates 100 --rounds 3 --whole-step-on-cuda
-grep "^| float32" "$LOG" | tail -n 1
 # 3. the fetch_push preset's first 3,000 decisions on CUDA
 start=$SECONDS
 part "fetch_push 3000 decisions" timeout 120 "$PY" -m herl train --env FetchPush-v4 --device cuda --timesteps 3000 \

@@ -174,3 +174,22 @@ def test_the_whole_step_follows_schedules_and_groups_and_leaves_other_optimizers
         assert len(groups) == 2
     has_grads = any(p.grad is not None for p in compiled.policy.parameters())
     assert has_grads == (setting == "AdamW")  # AdamW: the compiled loss, then autograd and AdamW's own step
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("algo, form", [("TQC", "her"), ("DQN", "her"), ("TD3", "her"), ("SAC", "images")],
+                         ids=lambda v: str(v))
+def test_on_cuda_the_whole_step_in_cuda_graphs_computes_what_the_eager_one_does(monkeypatch, algo: str, form: str):
+    """On CUDA ``compile=True`` compiles the loss alone; the whole step there (CUDA graphs: gradients, clipping, Adam)
+    is measured by benchmarks/compiled_update.py before it is adopted. Here: it computes what the eager step does."""
+    import herl.training.fused_step as fused_step
+
+    declines = fused_step.fused_step_unsupported
+    monkeypatch.setattr(fused_step, "fused_step_unsupported",
+                        lambda model: None if declines(model).startswith("the model is on cuda") else declines(model))
+    eager, whole = make(algo, form, False, device="cuda"), make(algo, form, True, device="cuda")
+    eager.learn(60)
+    whole.learn(60)
+    assert whole.__dict__["_fused"] and whole.compile_seconds > 0
+    assert all(p.grad is None for p in whole.policy.parameters())  # the gradients lived inside the graphs
+    assert_close_models(eager, whole)

@@ -23,7 +23,7 @@ from torch import nn
 
 def fused_step_unsupported(model: Any) -> str | None:
     """Why ``model``'s update cannot run as one compiled function (then the loss alone is compiled), or None."""
-    if model.device.type != "cpu":  # on CUDA not measured yet: benchmarks/compiled_update.py --whole-step-on-cuda
+    if model.device.type != "cpu":  # on CUDA not adopted yet: benchmarks/compiled_update.py measures it
         return f"the model is on {model.device} (there the compiled loss runs in CUDA graphs)"
     optimizer = model.optimizers.get("optimizer")
     if type(optimizer) is not torch.optim.Adam:
@@ -83,7 +83,7 @@ class FusedStep:
         if self.cuda:
             from torch._dynamo import mark_static_address
 
-            for tensor in (self._lrs, *(t for state in states for t in state.values())):
+            for tensor in (self._lrs, *(p for _, p in trained), *(t for state in states for t in state.values())):
                 mark_static_address(tensor, guard=False)  # updated in place: the memory the graphs replay
             torch.compiler.cudagraph_mark_step_begin()  # the graphs reuse their output memory: a new step begins
         with torch.no_grad():
