@@ -8,10 +8,9 @@ see the same machine. Times are process time per update (CPU) or wall time with 
     python benchmarks/compiled_update.py [--algo tqc] [--net 256 256] [--batch 256] [--precision float32 bfloat16]
         [--device cpu|cuda] [--updates 200] [--rounds 5]
 
-On a CPU ``compile=True`` compiles the whole step as one function (``herl.training.fused_step``); on CUDA the loss
-alone, in CUDA graphs. On CUDA a third model, seeded alike, compiles the whole step there too (CUDA graphs;
-benchmarks/whole_step_on_cuda.py) and takes its turn. The table ends with each compiled model's largest weight
-difference to the eager one after all its updates (the same batches in the same order).
+``compile=True`` compiles the whole step as one function (``herl.training.fused_step``; on CUDA in CUDA graphs). The
+table ends with the compiled model's largest weight difference to the eager one after all its updates (the same batches
+in the same order).
 """
 
 from __future__ import annotations
@@ -69,25 +68,18 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    whole_on_cuda = device.type == "cuda"
     box = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
     obs_space = gym.spaces.Dict({"observation": gym.spaces.Box(-np.inf, np.inf, (25,), np.float32),
                                  "achieved_goal": box, "desired_goal": box})
     cls = ALGOS[args.algo]
     action_space = gym.spaces.Discrete(4) if cls is DQN else gym.spaces.Box(-1, 1, (4,), np.float32)
     print(f"{cls.__name__}, net {args.net}, batch {args.batch}, {args.threads} thread(s), {device}, torch {torch.__version__}")
-    names = ["compiled"] + (["whole step compiled"] if whole_on_cuda else [])
-    print("| precision | eager ms/update | " + " | ".join(f"{n} ms/update | {n}/eager | compile s" for n in names)
-          + " | largest weight difference to eager |")
-    print("|---" * (2 + 3 * len(names)) + "|---|")
+    print("| precision | eager ms/update | compiled ms/update | compiled/eager | compile s | largest weight difference |")
+    print("|---|---|---|---|---|---|")
     for precision in args.precision:
         models = [cls("MultiInputPolicy", None, observation_space=obs_space, action_space=action_space, device=device,
                       seed=0, batch_size=args.batch, compile=compile,
-                      policy_kwargs=dict(net_arch=args.net, precision=precision)) for compile in [False] + [True] * len(names)]
-        if whole_on_cuda:
-            from whole_step_on_cuda import choose
-
-            choose(models[2])
+                      policy_kwargs=dict(net_arch=args.net, precision=precision)) for compile in (False, True)]
         rng = torch.Generator().manual_seed(0)
         action_dim = 1 if cls is DQN else 4
         batches = [batch(args.batch, obs_space, action_dim, device, rng) for _ in range(8)]
@@ -100,12 +92,10 @@ def main() -> None:
         for _ in range(args.rounds):
             for i, model in enumerate(models):
                 times[i].append(timed(model, (batches[j % 8] for j in range(args.updates)), device) / args.updates * 1e3)
-        eager, *compiled = (statistics.median(t) for t in times)
-        differences = [max((a - b).abs().max().item() for a, b in zip(models[0].nets.parameters(), m.nets.parameters()))
-                       for m in models[1:]]
-        print(f"| {precision} | {eager:.2f} | " + " | ".join(f"{c:.2f} | {c / eager:.2f} | {m.compile_seconds:.1f}"
-                                                            for c, m in zip(compiled, models[1:]))
-              + " | " + ", ".join(f"{d:.1e}" for d in differences) + " |")
+        eager, compiled = (statistics.median(t) for t in times)
+        difference = max((a - b).abs().max().item() for a, b in zip(models[0].nets.parameters(), models[1].nets.parameters()))
+        print(f"| {precision} | {eager:.2f} | {compiled:.2f} | {compiled / eager:.2f} | {models[1].compile_seconds:.1f} "
+              f"| {difference:.1e} |")
 
 
 if __name__ == "__main__":

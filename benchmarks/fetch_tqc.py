@@ -158,9 +158,7 @@ def speed_env(args: argparse.Namespace):
 
 SPEED_VARIANTS = {"herl-float32": ("herl", "float32", False), "herl-bfloat16": ("herl", "bfloat16", False),
                   "herl-float32-compiled": ("herl", "float32", True), "herl-bfloat16-compiled": ("herl", "bfloat16", True),
-                  "herl-float32-whole": ("herl", "float32", True), "sb3-contrib": ("sb3", "float32", False)}
-# herl-float32-whole: on CUDA the whole step compiled into CUDA graphs (benchmarks/whole_step_on_cuda.py), where
-# compile=True compiles the loss alone; on a CPU the same as herl-float32-compiled
+                  "sb3-contrib": ("sb3", "float32", False)}
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -172,10 +170,6 @@ def speed(args: argparse.Namespace) -> None:
         for name, (lib, precision, compiled) in variants.items():
             settings = argparse.Namespace(**{**vars(args), "precision": precision, "compile": compiled})
             model = make_model(lib, speed_env(args), 0, settings)
-            if name.endswith("-whole"):
-                from whole_step_on_cuda import choose
-
-                choose(model)
             model.learn(args.learning_starts + args.warmup)
             start = time.perf_counter()
             model.learn(args.steps, reset_num_timesteps=False)

@@ -1,7 +1,7 @@
 """``compile=True``: the compiled update computes what the eager update does, for every algorithm that takes it and
 every input form its eager update takes (goal and Box observations, HER, prioritized replay, demonstrations, images
-through an extractor); on a CPU the whole step is one compiled function, which reads step-size schedules and groups and
-leaves an optimizer it cannot run to the compiled loss; a model that cannot compile warns and trains on eagerly; a
+through an extractor); the whole step is one compiled function (on CUDA in CUDA graphs), which reads step-size schedules
+and groups and leaves an optimizer it cannot run to the compiled loss; a model that cannot compile warns and trains on eagerly; a
 compiled model saves, loads and trains on as one never interrupted; CrossQ refuses it with the reason.
 
 Compiling takes seconds per model (inductor's C++ backend on the CPU), so these are slow tests.
@@ -87,6 +87,7 @@ def test_the_compiled_update_computes_what_the_eager_one_does(algo: str, form: s
     compiled.learn(60)
     assert compiled.compile_seconds is not None and compiled.compile_seconds > 0
     assert eager.compile_seconds is None
+    assert compiled.__dict__["_fused"], "Adam's models compile the whole step"
     assert compiled._n_updates >= 10
     assert_close_models(eager, compiled)
     obs = compiled.observation_space.sample()
@@ -140,7 +141,7 @@ def test_compile_can_be_switched_on_a_built_model_and_crossq_refuses_it():
         CrossQ("MlpPolicy", "Pendulum-v1", compile=True)
 
 
-def test_on_a_cpu_the_whole_step_is_one_function_and_leaves_adam_state_the_eager_step_reads():
+def test_the_whole_step_is_one_function_and_leaves_adam_state_the_eager_step_reads():
     """No parameter keeps a ``.grad`` (the gradients live inside the compiled function), and the optimizer's state is
     torch's Adam's: switched to the eager update, the model trains on as one that was never compiled."""
     compiled, eager = make("TD3", "her", True), make("TD3", "her", False)
@@ -175,21 +176,3 @@ def test_the_whole_step_follows_schedules_and_groups_and_leaves_other_optimizers
     has_grads = any(p.grad is not None for p in compiled.policy.parameters())
     assert has_grads == (setting == "AdamW")  # AdamW: the compiled loss, then autograd and AdamW's own step
 
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("algo, form", [("TQC", "her"), ("DQN", "her"), ("TD3", "her"), ("SAC", "images")],
-                         ids=lambda v: str(v))
-def test_on_cuda_the_whole_step_in_cuda_graphs_computes_what_the_eager_one_does(monkeypatch, algo: str, form: str):
-    """On CUDA ``compile=True`` compiles the loss alone; the whole step there (CUDA graphs: gradients, clipping, Adam)
-    is measured by benchmarks/compiled_update.py before it is adopted. Here: it computes what the eager step does."""
-    import herl.training.fused_step as fused_step
-
-    declines = fused_step.fused_step_unsupported
-    monkeypatch.setattr(fused_step, "fused_step_unsupported",
-                        lambda model: None if declines(model).startswith("the model is on cuda") else declines(model))
-    eager, whole = make(algo, form, False, device="cuda"), make(algo, form, True, device="cuda")
-    eager.learn(60)
-    whole.learn(60)
-    assert whole.__dict__["_fused"] and whole.compile_seconds > 0
-    assert all(p.grad is None for p in whole.policy.parameters())  # the gradients lived inside the graphs
-    assert_close_models(eager, whole)

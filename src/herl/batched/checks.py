@@ -68,9 +68,10 @@ def check_batched_goal_env(env: BatchedGoalEnv, *, steps: int = 100) -> None:
     _check_obs(env, name, again, f"{name}.reset(seed={_SEED}) (the second time)")
     for key in GOAL_ENV_KEYS:
         if not torch.equal(first[key], again[key]):
-            raise GoalEnvError(f"{name}.reset(seed={_SEED}) twice gave different {key!r}: reset(seed=s) must "
-                               "reseed the env's torch.Generator (generator.manual_seed(seed)) before drawing the new "
-                               "episodes")
+            raise GoalEnvError(f"{name}.reset(seed={_SEED}) twice gave different {key!r} "
+                               f"({_difference(first[key], again[key])}): reset(seed=s) must reseed the env's "
+                               "torch.Generator (generator.manual_seed(seed)) before drawing the new episodes, and "
+                               "compute them deterministically")
 
     # 3. A rollout, every step checked.
     rollout = _Rollout(env, name)
@@ -375,3 +376,12 @@ def _first_difference(a: torch.Tensor, b: torch.Tensor) -> int:
 
 def _first_true(mask: torch.Tensor) -> int:
     return int(mask.nonzero()[0, 0])
+
+
+def _difference(a: torch.Tensor, b: torch.Tensor) -> str:
+    """Where two tensors of one shape differ, in words: how many entries, by how much at most, in which columns."""
+    differ = a != b
+    gap = (a.double() - b.double()).abs().max().item() if a.is_floating_point() else None
+    columns = differ.reshape(differ.shape[0], -1).any(dim=0).nonzero().flatten().tolist() if a.ndim > 1 else []
+    return (f"{int(differ.sum())} of {a.numel()} entries" + (f", by at most {gap:.3g}" if gap is not None else "")
+            + (f", in columns {columns[:12]}" if columns else ""))

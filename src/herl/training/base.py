@@ -388,7 +388,7 @@ class OffPolicyAlgorithm:
             self.replay_buffer.device = device
 
     def _fused_step(self) -> Callable[[Any, Any], dict[str, Any]] | None:
-        """With ``compile=True`` on a CPU: the whole step compiled as one function (:mod:`herl.training.fused_step`;
+        """With ``compile=True``: the whole step compiled as one function (:mod:`herl.training.fused_step`;
         built at the first update, and timed), where the model allows it; else None."""
         if not self.config.compile:
             return None

@@ -1,11 +1,12 @@
-"""The whole gradient step as one compiled function: ``compile=True`` on a CPU.
+"""The whole gradient step as one compiled function: ``compile=True`` on a CPU and on CUDA (there in CUDA graphs).
 
-Compiling the loss alone (what ``compile=True`` does on CUDA, where CUDA graphs replay it) leaves the rest of the step
-eager: the autograd engine runs the compiled backward graph, then ``zero_grad``, the optimizer's step and their
-Python. On a CPU core that fixed cost is most of a small network's update (SAC [64, 64] at batch 256: ~1 ms of ~2).
+Compiling the loss alone (what ``compile=True`` does where this step cannot run: an optimizer other than Adam) leaves
+the rest of the step eager: the autograd engine runs the compiled backward graph, then ``zero_grad``, the optimizer's
+step and their Python. On a CPU core that fixed cost is most of a small network's update (SAC [64, 64] at batch 256: ~1 ms of ~2).
 Here the gradients come from ``torch.func.grad`` inside the compiled function, so the loss, its gradients, the
 clipping an algorithm asks for and Adam's step are one graph: inductor fuses them into a few kernels, called from one
-Python call, with no autograd engine and no ``.grad`` tensors.
+Python call, with no autograd engine and no ``.grad`` tensors. On CUDA the function runs in ``"reduce-overhead"`` mode: one CUDA
+graph replayed per step, the parameters and Adam's state updated in place at fixed addresses.
 
 Adam's step is ``torch.optim.Adam``'s (``fused=True``): the same formula on the same state tensors
 (``optimizer.state[p]``: ``step``, ``exp_avg``, ``exp_avg_sq``), so a model saves, loads and trains on eagerly or
@@ -23,8 +24,8 @@ from torch import nn
 
 def fused_step_unsupported(model: Any) -> str | None:
     """Why ``model``'s update cannot run as one compiled function (then the loss alone is compiled), or None."""
-    if model.device.type != "cpu":  # on CUDA not adopted yet: benchmarks/compiled_update.py measures it
-        return f"the model is on {model.device} (there the compiled loss runs in CUDA graphs)"
+    if model.device.type not in ("cpu", "cuda"):
+        return f"the model is on {model.device}, where herl compiles the loss alone"
     optimizer = model.optimizers.get("optimizer")
     if type(optimizer) is not torch.optim.Adam:
         return f"its optimizer is {type(optimizer).__name__}, not Adam"
