@@ -84,7 +84,8 @@ class FusedStep:
         if self.cuda:
             from torch._dynamo import mark_static_address
 
-            for tensor in (self._lrs, *(p for _, p in trained), *(t for state in states for t in state.values())):
+            for tensor in (self._lrs, *(p for _, p in trained), *(t for state in states for t in state.values()),
+                           *model.encoder.buffers()):  # the normalizer's statistics too (``_take_in``)
                 mark_static_address(tensor, guard=False)  # updated in place: the memory the graphs replay
             torch.compiler.cudagraph_mark_step_begin()  # the graphs reuse their output memory: a new step begins
         with torch.no_grad():
