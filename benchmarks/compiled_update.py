@@ -74,7 +74,8 @@ def main() -> None:
     cls = ALGOS[args.algo]
     action_space = gym.spaces.Discrete(4) if cls is DQN else gym.spaces.Box(-1, 1, (4,), np.float32)
     print(f"{cls.__name__}, net {args.net}, batch {args.batch}, {args.threads} thread(s), {device}, torch {torch.__version__}")
-    print("| precision | eager ms/update | compiled ms/update | compiled/eager | compile s | largest weight difference |")
+    print("| precision | eager ms/update | compiled ms/update | compiled/eager | compile s "
+          "| largest weight difference |")
     print("|---|---|---|---|---|---|")
     for precision in args.precision:
         models = [cls("MultiInputPolicy", None, observation_space=obs_space, action_space=action_space, device=device,
@@ -88,14 +89,16 @@ def main() -> None:
                 b.actions = b.actions.abs().mul(3).round().long().clamp(0, 3)
         for model in models:
             timed(model, (batches[i % 8] for i in range(args.warmup)), device)
-        times: list[list[float]] = [[] for _ in models]
+        times: list[list[float]] = [[], []]
         for _ in range(args.rounds):
             for i, model in enumerate(models):
                 times[i].append(timed(model, (batches[j % 8] for j in range(args.updates)), device) / args.updates * 1e3)
         eager, compiled = (statistics.median(t) for t in times)
-        difference = max((a - b).abs().max().item() for a, b in zip(models[0].nets.parameters(), models[1].nets.parameters()))
-        print(f"| {precision} | {eager:.2f} | {compiled:.2f} | {compiled / eager:.2f} | {models[1].compile_seconds:.1f} "
-              f"| {difference:.1e} |")
+        eager_model, compiled_model = models
+        difference = max((a - b).abs().max().item()
+                         for a, b in zip(eager_model.nets.parameters(), compiled_model.nets.parameters()))
+        print(f"| {precision} | {eager:.2f} | {compiled:.2f} | {compiled / eager:.2f} "
+              f"| {compiled_model.compile_seconds:.1f} | {difference:.1e} |")
 
 
 if __name__ == "__main__":

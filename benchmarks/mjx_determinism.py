@@ -97,5 +97,6 @@ def main() -> None:
         if run.returncode:
             print(f"| - | {setting} | failed: {err.strip().splitlines()[-1:]} | | |")
 
+
 if __name__ == "__main__":
     main()

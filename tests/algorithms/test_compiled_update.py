@@ -1,8 +1,9 @@
 """``compile=True``: the compiled update computes what the eager update does, for every algorithm that takes it and
 every input form its eager update takes (goal and Box observations, HER, prioritized replay, demonstrations, images
-through an extractor); the whole step is one compiled function (on CUDA in CUDA graphs), which reads step-size schedules
-and groups and leaves an optimizer it cannot run to the compiled loss; a model that cannot compile warns and trains on eagerly; a
-compiled model saves, loads and trains on as one never interrupted; CrossQ refuses it with the reason.
+through an extractor); the whole step is one compiled function (on CUDA in CUDA graphs), which reads step-size
+schedules and groups and leaves an optimizer it cannot run to the compiled loss; a model that cannot compile warns and
+trains on eagerly; a compiled model saves, loads and trains on as one never interrupted; CrossQ refuses it with the
+reason.
 
 Compiling takes seconds per model (inductor's C++ backend on the CPU), so these are slow tests.
 """
@@ -175,4 +176,3 @@ def test_the_whole_step_follows_schedules_and_groups_and_leaves_other_optimizers
         assert len(groups) == 2
     has_grads = any(p.grad is not None for p in compiled.policy.parameters())
     assert has_grads == (setting == "AdamW")  # AdamW: the compiled loss, then autograd and AdamW's own step
-

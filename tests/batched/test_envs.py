@@ -463,7 +463,8 @@ class _ReturnsTuple(BatchedPointReach):
         (_NeverTruncates(n_envs=3, max_episode_steps=5), "reaching max_episode_steps=5, but truncated is False"),
         (_StateWithoutGenerator(n_envs=3, max_episode_steps=5), r"load_state_dict\(state_dict\(\)\).*generator"),
         (_SeedIgnored(n_envs=3),
-         r"reset\(seed=12345\) twice gave different 'observation' \(\d+ of 12 entries, by at most [\d.e-]+, in columns"),
+         r"reset\(seed=12345\) twice gave different 'observation' "
+         r"\(\d+ of 12 entries, by at most [\d.e-]+, in columns"),
         (_RewardNotVectorized(n_envs=3), r"goals of shape \(2, n_envs, goal_dim\)"),
         (_StepWritesIntoOldObs(n_envs=3), "changed an earlier step's obs\\['achieved_goal'\\] in place"),
         (_ReturnsTuple(n_envs=3), "return a herl.batched.BatchedStep"),

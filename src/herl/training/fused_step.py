@@ -2,11 +2,12 @@
 
 Compiling the loss alone (what ``compile=True`` does where this step cannot run: an optimizer other than Adam) leaves
 the rest of the step eager: the autograd engine runs the compiled backward graph, then ``zero_grad``, the optimizer's
-step and their Python. On a CPU core that fixed cost is most of a small network's update (SAC [64, 64] at batch 256: ~1 ms of ~2).
-Here the gradients come from ``torch.func.grad`` inside the compiled function, so the loss, its gradients, the
-clipping an algorithm asks for and Adam's step are one graph: inductor fuses them into a few kernels, called from one
-Python call, with no autograd engine and no ``.grad`` tensors. On CUDA the function runs in ``"reduce-overhead"`` mode: one CUDA
-graph replayed per step, the parameters and Adam's state updated in place at fixed addresses.
+step and their Python. On a CPU core that fixed cost is most of a small network's update (SAC [64, 64] at batch 256:
+~1 ms of ~2). Here the gradients come from ``torch.func.grad`` inside the compiled function, so the loss, its
+gradients, the clipping an algorithm asks for and Adam's step are one graph: inductor fuses them into a few kernels,
+called from one Python call, with no autograd engine and no ``.grad`` tensors. On CUDA the function runs in
+``"reduce-overhead"`` mode: one CUDA graph replayed per step, the parameters, Adam's state and the normalizer's
+statistics updated in place at fixed addresses.
 
 Adam's step is ``torch.optim.Adam``'s (``fused=True``): the same formula on the same state tensors
 (``optimizer.state[p]``: ``step``, ``exp_avg``, ``exp_avg_sq``), so a model saves, loads and trains on eagerly or
