@@ -16,11 +16,17 @@ their updates then), then ``--steps`` more are timed; ``--rounds`` turns, median
 with herl's ratio to each peer. The process is pinned to ``--core`` and JAX and PyTorch to one thread each
 (XLA_FLAGS is set before JAX is imported).
 
+``--chunk N`` interleaves instead: every variant is built and warmed up once, then each round every variant learns
+``N`` more steps in turn, so the libraries share the machine's state minute by minute (a fresh model per turn
+sees the machine drift between turns: single turns varied by ±20-35 % on shared 2-core machines). It reports each
+variant's rate over all its timed steps, and herl's ratio to each peer per round (median and range).
+
 Usage::
 
     python benchmarks/speed_peers.py --task push --steps 600 --rounds 3
     python benchmarks/speed_peers.py --task reach --steps 1000 --rounds 3
     python benchmarks/speed_peers.py --task push --only "herl float32 compiled" SBX   # some variants only
+    python benchmarks/speed_peers.py --task reach --chunk 200 --rounds 15   # interleaved, 200 steps a turn
 """
 
 from __future__ import annotations
@@ -109,6 +115,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--core", type=int, default=0, help="the CPU core the process is pinned to")
     parser.add_argument("--only", nargs="+", help="variants to run (names as printed), default all")
+    parser.add_argument("--chunk", type=int, default=0,
+                        help="interleave: build each variant once, then N timed steps each per round (0: off)")
     args = parser.parse_args()
     os.sched_setaffinity(0, {args.core})
     os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -129,6 +137,9 @@ def main() -> None:
           f"({torch.backends.cpu.get_cpu_capability()}), herl's auto precision here: "
           f"{resolve_precision('auto', torch.device('cpu'))}, herl's float32 matmuls: {gemm.cpu_backend()}; "
           f"one core ({args.core}), one thread", flush=True)
+    if args.chunk:
+        interleaved(task, variants, args.chunk, args.warmup, args.rounds)
+        return
     rates: dict[str, list[float]] = {name: [] for name in variants}
     for turn in range(args.rounds):
         for name, build in variants.items():
@@ -145,6 +156,36 @@ def main() -> None:
     for mine in (n for n in medians if n.startswith("herl")):
         print(f"{mine}: " + ", ".join(f"{medians[mine] / rate:.2f}x {peer}" for peer, rate in medians.items()
                                       if not peer.startswith("herl")))
+
+
+def interleaved(task: dict, variants: dict[str, Callable[[], object]], chunk: int, warmup: int, rounds: int) -> None:
+    """Every variant built and warmed up once, then ``rounds`` rounds of ``chunk`` timed steps each, in turn."""
+    import numpy as np
+    from herl.nn import gemm
+
+    models = {}
+    for name, build in variants.items():
+        gemm.set_cpu_backend("aten" if name == ATEN_VARIANT else "auto")
+        models[name] = build()
+        models[name].learn(task["learning_starts"] + warmup)
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    for turn in range(rounds):
+        for name, model in models.items():
+            gemm.set_cpu_backend("aten" if name == ATEN_VARIANT else "auto")
+            start = time.perf_counter()
+            model.learn(chunk, reset_num_timesteps=False)
+            seconds[name].append(time.perf_counter() - start)
+        print(f"[{turn}] " + ", ".join(f"{name} {chunk / s[-1]:.1f}" for name, s in seconds.items()), flush=True)
+    rates = {name: chunk * len(s) / sum(s) for name, s in seconds.items()}
+    print(f"env steps/s over {rounds} x {chunk} steps: " + ", ".join(f"{name} {r:.1f}" for name, r in rates.items()))
+    peers = [n for n in rates if not n.startswith("herl")]
+    for mine in (n for n in rates if n.startswith("herl")):
+        parts = []
+        for peer in peers:
+            per_round = np.array(seconds[peer]) / np.array(seconds[mine])
+            parts.append(f"{rates[mine] / rates[peer]:.2f}x {peer} (per round: median {np.median(per_round):.2f}, "
+                         f"{per_round.min():.2f}-{per_round.max():.2f})")
+        print(f"{mine}: " + ", ".join(parts))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """``compile=True``: the compiled update computes what the eager update does, for every algorithm that takes it and
 every input form its eager update takes (goal and Box observations, HER, prioritized replay, demonstrations, images
 through an extractor); the whole step is one compiled function (on CUDA in CUDA graphs), which reads step-size
-schedules and groups and leaves an optimizer it cannot run to the compiled loss; a model that cannot compile warns and
-trains on eagerly; a compiled model saves, loads and trains on as one never interrupted; CrossQ refuses it with the
+schedules and groups and leaves an optimizer it cannot run to the compiled loss; training acts through a compiled
+function with the eager actions; models of many shapes compile in one
+process; a model that cannot compile (no compiler, or past Dynamo's limit of graphs) warns and trains on eagerly; a compiled model saves, loads and trains on as one never interrupted; CrossQ refuses it with the
 reason.
 
 Compiling takes seconds per model (inductor's C++ backend on the CPU), so these are slow tests.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +35,7 @@ def reach_expert(obs):
 def make(algo: str, form: str, compile: bool, seed: int = 0, **settings):
     cls = ALGOS[algo]
     kwargs = dict(seed=seed, learning_starts=20, batch_size=16, buffer_size=400, compile=compile,
-                  policy_kwargs=dict(net_arch=[32, 32], **settings.pop("policy_kwargs", {})), **settings)
+                  policy_kwargs={"net_arch": [32, 32], **settings.pop("policy_kwargs", {})}, **settings)
     if algo in ("DDPG", "TD3"):
         kwargs["action_noise"] = NormalActionNoise(np.zeros(2), 0.2 * np.ones(2))
     if form == "her":
@@ -85,7 +88,9 @@ CASES = [*[(algo, "box") for algo in ALGOS], *[(algo, "her") for algo in ALGOS],
 def test_the_compiled_update_computes_what_the_eager_one_does(algo: str, form: str):
     eager, compiled = make(algo, form, False), make(algo, form, True)
     eager.learn(60)
-    compiled.learn(60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # "could not compile": it would compare eager with eager
+        compiled.learn(60)
     assert compiled.compile_seconds is not None and compiled.compile_seconds > 0
     assert eager.compile_seconds is None
     assert compiled.__dict__["_fused"], "Adam's models compile the whole step"
@@ -94,6 +99,24 @@ def test_the_compiled_update_computes_what_the_eager_one_does(algo: str, form: s
     obs = compiled.observation_space.sample()
     np.testing.assert_allclose(compiled.predict(obs, deterministic=True)[0], eager.predict(obs, deterministic=True)[0],
                                rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3", "DQN"])
+def test_training_acts_through_one_compiled_function_with_the_eager_actions(algo: str):
+    """On a CPU, the actions of training's env steps come from a compiled function (normalizer and actor; the noise
+    drawn eagerly from the model's generator): the actions the eager networks give for the same draws."""
+    model = make(algo, "her", True, normalize_observations=True)
+    model.learn(40)
+    assert model.__dict__["_acting"], "training acted through the compiled function"
+    obs = {k: np.stack([model.observation_space[k].sample() for _ in range(3)]) for k in model.observation_space}
+    torch_state = model.torch_rng.get_state()
+    compiled = model._policy_actions(obs, deterministic=False, collecting=True)
+    model.torch_rng.set_state(torch_state)
+    model.__dict__["_acting"] = False  # the eager networks from here on
+    eager = model._policy_actions(obs, deterministic=False, collecting=True)
+    assert compiled.shape == eager.shape == ((3, 1) if algo == "DQN" else (3, 2))
+    np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+    assert model.__dict__["_acting"] is False and make(algo, "her", False).__dict__.get("_acting") is None
 
 
 def test_a_compiled_model_saves_loads_and_trains_on_as_never_interrupted(tmp_path):
@@ -131,6 +154,28 @@ def test_a_model_that_cannot_compile_says_so_and_trains_on_eagerly(monkeypatch):
         fallback.learn(40)
     for key, value in eager.policy.state_dict().items():
         assert torch.equal(value, fallback.policy.state_dict()[key]), key
+
+
+def test_models_of_many_shapes_compile_in_one_process_and_past_dynamos_limit_one_warns(monkeypatch):
+    """Every model's step is one function to Dynamo, which stops compiling a function past its graph limit (8 by
+    default): herl raises the limit, and a model past even that says so and trains eagerly, rather than silently."""
+    from torch._dynamo.utils import counters
+
+    from herl.training import fused_step
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(fused_step, "GRAPHS_PER_FUNCTION", 2)
+    models = [make("SAC", "box", True, policy_kwargs=dict(net_arch=[width])) for width in (8, 12, 16)]
+    with torch._dynamo.config.patch(recompile_limit=1):  # herl raises it to GRAPHS_PER_FUNCTION, here 2
+        for model in models[:2]:
+            graphs = counters["stats"]["unique_graphs"]
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                model.learn(30)
+            assert counters["stats"]["unique_graphs"] > graphs, "a graph of its own"
+        with pytest.warns(RuntimeWarning, match="could not compile the update .*recompile_limit.*eager update"):
+            models[2].learn(30)
+    assert models[2]._n_updates >= 10
 
 
 def test_compile_can_be_switched_on_a_built_model_and_crossq_refuses_it():

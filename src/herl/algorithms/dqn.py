@@ -97,12 +97,12 @@ class DQN(OffPolicyAlgorithm):
     def _make_optimizers(self) -> None:
         self.optimizers["optimizer"] = self.make_optimizer(self.q_net.parameters())
 
-    def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
+    def _act_from(self, x: torch.Tensor, noise: None) -> torch.Tensor:
         return self.q_net(x).argmax(dim=1, keepdim=True)
 
-    def _policy_actions(self, obs: Any, deterministic: bool) -> np.ndarray:
+    def _policy_actions(self, obs: Any, deterministic: bool, *, collecting: bool = False) -> np.ndarray:
         """Greedy actions, or epsilon-greedy with the current exploration rate (as SB3's DQN.predict)."""
-        actions = super()._policy_actions(obs, deterministic)
+        actions = super()._policy_actions(obs, deterministic, collecting=collecting)
         if not deterministic and self.exploration_rate > 0:
             explore = self.rng.random(actions.shape[0]) < self.exploration_rate
             if explore.any():

@@ -132,8 +132,10 @@ class SAC(OffPolicyAlgorithm):
             params.append(self._log_ent_coef)
         self.optimizers["optimizer"] = self.make_optimizer(params)
 
-    def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
-        noise = None if deterministic else torch.randn(x.shape[0], self.action_dim, generator=self.torch_rng, device=x.device)
+    def _act_noise(self, n: int, deterministic: bool) -> torch.Tensor | None:
+        return None if deterministic else torch.randn(n, self.action_dim, generator=self.torch_rng, device=self.device)
+
+    def _act_from(self, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         return self.actor(x, noise)[0]
 
     def _collect_actions(self, obs: Any) -> np.ndarray:

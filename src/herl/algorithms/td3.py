@@ -94,7 +94,7 @@ class TD3(OffPolicyAlgorithm):
             {"params": actor, "lr": cfg.actor_learning_rate or cfg.learning_rate},
         ])
 
-    def _act(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
+    def _act_from(self, x: torch.Tensor, noise: None) -> torch.Tensor:
         return self.actor(x)  # exploration noise is the loop's action_noise
 
     def _collect_actions(self, obs: Any) -> np.ndarray:

@@ -23,6 +23,28 @@ import torch
 from torch import nn
 
 
+GRAPHS_PER_FUNCTION = 64
+"""How many compiled graphs Dynamo may keep for one function (its default, ``recompile_limit``, is 8). Every model's
+step is the same function (:meth:`FusedStep._step`, or an algorithm's ``_losses``), with a graph for each algorithm,
+network shape and batch size: past the limit Dynamo runs the function uncompiled, so the ninth model of its own shape
+in a process (a sweep, a notebook, a test suite) would train uncompiled without a word."""
+
+
+def compile_update(fn: Any, *, cuda: bool) -> Any:
+    """``torch.compile`` for a model's update (on CUDA in ``"reduce-overhead"`` mode: CUDA graphs), with room for
+    :data:`GRAPHS_PER_FUNCTION` models' graphs; its first call goes through :func:`first_call`."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, GRAPHS_PER_FUNCTION)
+    return torch.compile(fn, mode="reduce-overhead" if cuda else None, dynamic=False)
+
+
+def first_call(compiled: Any, *args: Any) -> Any:
+    """A compiled update's first call, which compiles it: where Dynamo's limit is reached it raises (the caller warns
+    and trains eagerly) rather than run the function uncompiled in silence."""
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        return compiled(*args)
+
+
 def fused_step_unsupported(model: Any) -> str | None:
     """Why ``model``'s update cannot run as one compiled function (then the loss alone is compiled), or None."""
     if model.device.type not in ("cpu", "cuda"):
@@ -66,7 +88,7 @@ class FusedStep:
         self._names: dict[int, str] = {}
         self._lrs = torch.zeros(0, dtype=torch.float64, device=model.device)
         self.cuda = model.device.type == "cuda"
-        self.compiled = torch.compile(self._step, mode="reduce-overhead" if self.cuda else None, dynamic=False)
+        self.compiled = compile_update(self._step, cuda=self.cuda)
 
     def __call__(self, batch: Any, inputs: Any) -> dict[str, Any]:
         model = self.model
@@ -115,9 +137,11 @@ class FusedStep:
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             count = step.double()
-            step_size = (lrs[group] / (1 - beta1 ** count)).float()
-            denom = exp_avg_sq.sqrt() / (1 - beta2 ** count).sqrt().float() + eps
-            param.sub_(step_size * exp_avg / denom)
+            # the two bias corrections in one small tensor, which inductor computes once: written inline, they
+            # joined the update's loop and were computed again for every vector of it (two double-precision
+            # powers; about half of Adam's time on a CPU core at TQC's [256, 256])
+            step_size, correction = torch.stack([lrs[group] / (1 - beta1 ** count), (1 - beta2 ** count).sqrt()]).float()
+            param.sub_(step_size * exp_avg / (exp_avg_sq.sqrt() / correction + eps))
         return info
 
 
