@@ -157,25 +157,32 @@ def test_a_model_that_cannot_compile_says_so_and_trains_on_eagerly(monkeypatch):
 
 
 def test_models_of_many_shapes_compile_in_one_process_and_past_dynamos_limit_one_warns(monkeypatch):
-    """Every model's step is one function to Dynamo, which stops compiling a function past its graph limit (8 by
-    default): herl raises the limit, and a model past even that says so and trains eagerly, rather than silently."""
+    """Every model's step is one function to Dynamo, which stops compiling a function past its limit of graphs (8 by
+    default): each model herl compiles adds room, and a model past the limit says so and trains eagerly, rather than
+    silently (here the room is one graph a compiled function instead of 8, then none)."""
+    import itertools
+
     from torch._dynamo.utils import counters
 
     from herl.training import fused_step
 
     torch._dynamo.reset()
-    monkeypatch.setattr(fused_step, "GRAPHS_PER_FUNCTION", 2)
-    models = [make("SAC", "box", True, policy_kwargs=dict(net_arch=[width])) for width in (8, 12, 16)]
-    with torch._dynamo.config.patch(recompile_limit=1):  # herl raises it to GRAPHS_PER_FUNCTION, here 2
-        for model in models[:2]:
+    monkeypatch.setattr(fused_step, "_models", itertools.count(1))
+    monkeypatch.setattr(fused_step, "GRAPHS_PER_MODEL", 1)
+    with torch._dynamo.config.patch(recompile_limit=1, accumulated_recompile_limit=1):
+        for width in (8, 12, 16):
+            model = make("SAC", "box", True, policy_kwargs=dict(net_arch=[width]))
             graphs = counters["stats"]["unique_graphs"]
             with warnings.catch_warnings():
                 warnings.simplefilter("error", RuntimeWarning)
                 model.learn(30)
-            assert counters["stats"]["unique_graphs"] > graphs, "a graph of its own"
+            assert counters["stats"]["unique_graphs"] >= graphs + 2, "acting and the step: graphs of their own"
+        monkeypatch.setattr(fused_step, "GRAPHS_PER_MODEL", 0)  # no room for the next model:
+        torch._dynamo.config.recompile_limit = 3  # the three graphs each function has (undone with the patch)
+        model = make("SAC", "box", True, policy_kwargs=dict(net_arch=[20]))
         with pytest.warns(RuntimeWarning, match="could not compile the update .*recompile_limit.*eager update"):
-            models[2].learn(30)
-    assert models[2]._n_updates >= 10
+            model.learn(30)
+    assert model._n_updates >= 10 and model.__dict__["_fused"] is False
 
 
 def test_compile_can_be_switched_on_a_built_model_and_crossq_refuses_it():

@@ -17,24 +17,31 @@ state, as an eager step that finds no gradient for it does.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
 from torch import nn
 
 
-GRAPHS_PER_FUNCTION = 64
-"""How many compiled graphs Dynamo may keep for one function (its default, ``recompile_limit``, is 8). Every model's
-step is the same function (:meth:`FusedStep._step`, or an algorithm's ``_losses``), with a graph for each algorithm,
-network shape and batch size: past the limit Dynamo runs the function uncompiled, so the ninth model of its own shape
-in a process (a sweep, a notebook, a test suite) would train uncompiled without a word."""
+GRAPHS_PER_MODEL = 8
+"""Room each compiled model adds to Dynamo's limit of graphs per function (``recompile_limit``, 8 by default: one
+model's worth). Every model's step is the same function to Dynamo (:meth:`FusedStep._step`, or an algorithm's
+``_losses``), with a graph for each algorithm, network shape and batch size, and past the limit Dynamo runs the
+function uncompiled: with the default alone, the ninth model of its own shape in a process (a sweep, a notebook, a test
+suite) would train uncompiled without a word. The room grows with the models, so one model whose graph kept changing
+still stops recompiling after about 8 tries."""
+
+_models = itertools.count(1)
 
 
 def compile_update(fn: Any, *, cuda: bool) -> Any:
-    """``torch.compile`` for a model's update (on CUDA in ``"reduce-overhead"`` mode: CUDA graphs), with room for
-    :data:`GRAPHS_PER_FUNCTION` models' graphs; its first call goes through :func:`first_call`."""
+    """``torch.compile`` for a model's update or acting (on CUDA in ``"reduce-overhead"`` mode: CUDA graphs), with
+    :data:`GRAPHS_PER_MODEL` more room in Dynamo's limits; its first call goes through :func:`first_call`."""
     config = torch._dynamo.config
-    config.recompile_limit = max(config.recompile_limit, GRAPHS_PER_FUNCTION)
+    room = GRAPHS_PER_MODEL * next(_models)
+    config.recompile_limit = max(config.recompile_limit, room)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, room)
     return torch.compile(fn, mode="reduce-overhead" if cuda else None, dynamic=False)
 
 
