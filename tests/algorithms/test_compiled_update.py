@@ -2,9 +2,9 @@
 every input form its eager update takes (goal and Box observations, HER, prioritized replay, demonstrations, images
 through an extractor); the whole step is one compiled function (on CUDA in CUDA graphs), which reads step-size
 schedules and groups and leaves an optimizer it cannot run to the compiled loss; training acts through a compiled
-function with the eager actions; models of many shapes compile in one
-process; a model that cannot compile (no compiler, or past Dynamo's limit of graphs) warns and trains on eagerly; a compiled model saves, loads and trains on as one never interrupted; CrossQ refuses it with the
-reason.
+function with the eager actions; models of many shapes compile in one process; a model that cannot compile (no
+compiler, or past Dynamo's limit of graphs) warns and trains on eagerly; a compiled model saves, loads and trains on
+as one never interrupted; CrossQ refuses it with the reason.
 
 Compiling takes seconds per model (inductor's C++ backend on the CPU), so these are slow tests.
 """

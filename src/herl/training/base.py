@@ -45,6 +45,7 @@ from herl.nn.mlp import PRECISIONS, resolve_precision, set_precision
 from herl.nn.policies import ObservationEncoder, input_keys
 from herl.training.config import AUTO_EXTRACTOR, SDE_REFUSAL, OffPolicyConfig, PolicyConfig
 from herl.training.envs import as_env_adapter, is_goal_space, make_env
+from herl.training.fused_step import FusedStep, compile_update, first_call, fused_step_unsupported
 from herl.training.logger import Logger
 from herl.training.noise import ActionNoise, as_action_noise
 from herl.utils import flush_denormals, get_device
@@ -405,8 +406,6 @@ class OffPolicyAlgorithm:
             return None
         fused = self.__dict__.get("_fused")
         if fused is None:
-            from herl.training.fused_step import FusedStep, fused_step_unsupported
-
             if fused_step_unsupported(self) is not None:
                 self.__dict__["_fused"] = False
                 return None
@@ -415,8 +414,6 @@ class OffPolicyAlgorithm:
         return fused or None
 
     def _first_fused_call(self, fused: Any, batch: Any, inputs: Any) -> dict[str, Any]:
-        from herl.training.fused_step import first_call
-
         start = time.perf_counter()
         try:
             info = first_call(fused, batch, inputs)
@@ -434,8 +431,6 @@ class OffPolicyAlgorithm:
             return self._losses
         compiled = self.__dict__.get("_compiled_losses")
         if compiled is None:
-            from herl.training.fused_step import compile_update
-
             compiled = compile_update(self._losses, cuda=self.device.type == "cuda")
             self.__dict__["_compiled_losses"] = compiled
             return functools.partial(self._first_compiled_call, compiled)
@@ -451,8 +446,6 @@ class OffPolicyAlgorithm:
         return loss, {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in info.items()}
 
     def _first_compiled_call(self, compiled: Any, batch: Any, inputs: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-        from herl.training.fused_step import first_call
-
         start = time.perf_counter()
         try:
             out = first_call(compiled, batch, inputs)
@@ -463,10 +456,10 @@ class OffPolicyAlgorithm:
         self._compiled(start)
         return out
 
-    def _compile_failed(self, err: Exception) -> None:
-        warnings.warn(f"{type(self).__name__}(compile=True): torch.compile could not compile the update "
-                      f"({type(err).__name__}: {str(err)[:300]}); training goes on with the eager update, which "
-                      "computes the same", RuntimeWarning, stacklevel=5)
+    def _compile_failed(self, err: Exception, what: str = "the update", stacklevel: int = 5) -> None:
+        warnings.warn(f"{type(self).__name__}(compile=True): torch.compile could not compile {what} "
+                      f"({type(err).__name__}: {str(err)[:300]}); training goes on with the eager {what.split()[-1]}, "
+                      "which computes the same", RuntimeWarning, stacklevel=stacklevel)
 
     def _compiled(self, start: float) -> None:
         self.compile_seconds = time.perf_counter() - start
@@ -484,27 +477,21 @@ class OffPolicyAlgorithm:
             return None
         acting = self.__dict__.get("_acting")
         if acting is None:
-            from herl.training.fused_step import compile_update, first_call
-
-            def act(x: torch.Tensor, noise: Any) -> torch.Tensor:
-                return self._act_from(self.encoder.normalize(x), noise)
-
-            compiled = compile_update(act, cuda=False)
-
-            def first(x: torch.Tensor, noise: Any) -> torch.Tensor:
-                try:
-                    actions = first_call(compiled, x, noise)
-                except Exception as err:  # noqa: BLE001 - any compiler failure: act eagerly, and say why
-                    warnings.warn(f"{type(self).__name__}(compile=True): torch.compile could not compile acting "
-                                  f"({type(err).__name__}: {str(err)[:300]}); the model acts eagerly, which computes "
-                                  "the same", RuntimeWarning, stacklevel=6)
-                    self.__dict__["_acting"] = False
-                    return act(x, noise)
-                self.__dict__["_acting"] = compiled
-                return actions
-
-            return first
+            acting = self.__dict__["_acting"] = compile_update(self._normalized_act, cuda=False)
+            return functools.partial(self._first_acting_call, acting)
         return acting or None
+
+    def _normalized_act(self, x: torch.Tensor, noise: Any) -> torch.Tensor:
+        """What :meth:`_compiled_acting` compiles: the normalizer, then :meth:`_act_from`."""
+        return self._act_from(self.encoder.normalize(x), noise)
+
+    def _first_acting_call(self, compiled: Any, x: torch.Tensor, noise: Any) -> torch.Tensor:
+        try:
+            return first_call(compiled, x, noise)
+        except Exception as err:  # noqa: BLE001 - any compiler failure: act eagerly, and say why
+            self._compile_failed(err, "acting", stacklevel=6)
+            self.__dict__["_acting"] = False
+            return self._normalized_act(x, noise)
 
     # ------------------------------------------------------------------ helpers for algorithms
     @property
