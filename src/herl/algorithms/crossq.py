@@ -159,6 +159,9 @@ class CrossQ(SAC):
         self.actor.train(False)
         return loss, info
 
+    def _target_updates(self, inputs: tuple[torch.Tensor, torch.Tensor | None]) -> tuple:
+        return ()  # no target networks
+
     def _after_step(self, batch: Any, inputs: tuple[torch.Tensor, torch.Tensor | None], info: dict[str, Any]) -> dict[str, Any]:
         if "actor_loss" not in info and "actor_loss" in self._train_info:  # the last actor update's
             info["actor_loss"] = self._train_info["actor_loss"]

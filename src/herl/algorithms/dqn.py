@@ -149,10 +149,12 @@ class DQN(OffPolicyAlgorithm):
     def _grad_clip_norm(self) -> float | None:
         return self.config.max_grad_norm
 
+    def _target_updates(self, inputs: bool) -> tuple[tuple[nn.Module, nn.Module, float], ...]:
+        return ((self.q_net_target, self.q_net, self.config.tau),) if inputs else ()
+
     def _after_step(self, batch: Any, inputs: bool, info: dict[str, Any]) -> dict[str, Any]:
         if "td_error" in info:
             self.replay_buffer.update_priorities(batch.indexes, info["td_error"])
         if inputs:
-            self.soft_update(self.q_net_target, self.q_net, self.config.tau)
             self._last_target_update = self.num_timesteps
         return {"loss": info["loss"], "exploration_rate": self.exploration_rate}

@@ -174,9 +174,10 @@ class SAC(OffPolicyAlgorithm):
             info["bc_loss"] = demo_loss
         return loss, info
 
+    def _target_updates(self, inputs: tuple[torch.Tensor, bool]) -> tuple[tuple[nn.Module, nn.Module, float], ...]:
+        return ((self.critic_target, self.critic, self.config.tau),) if inputs[1] else ()
+
     def _after_step(self, batch: Any, inputs: tuple[torch.Tensor, bool], info: dict[str, Any]) -> dict[str, Any]:
-        if inputs[1]:
-            self.soft_update(self.critic_target, self.critic, self.config.tau)
         return info
 
     def _demo_loss(self, x: torch.Tensor, cx: torch.Tensor, batch: Any) -> torch.Tensor:

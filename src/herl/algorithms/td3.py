@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from torch import nn
 
 from herl.algorithms.bc import DemoLossConfig, bc_loss
 from herl.errors import POSITIVE_INT, PROBABILITY, Rule, number
@@ -147,10 +148,11 @@ class TD3(OffPolicyAlgorithm):
         its features as constants)."""
         return set() if inputs[1] else {id(p) for p in self.actor.parameters()}
 
+    def _target_updates(self, inputs: tuple[torch.Tensor | None, bool]) -> tuple[tuple[nn.Module, nn.Module, float], ...]:
+        """The targets follow with the actor."""
+        tau = self.config.tau
+        return ((self.critic_target, self.critic, tau), (self.actor_target, self.actor, tau)) if inputs[1] else ()
+
     def _after_step(self, batch: Any, inputs: tuple[torch.Tensor | None, bool], info: dict[str, Any]) -> dict[str, Any]:
-        """The targets follow with the actor; the losses logged are those of the last step that updated the actor."""
-        if not inputs[1]:
-            return self._train_info
-        self.soft_update(self.critic_target, self.critic, self.config.tau)
-        self.soft_update(self.actor_target, self.actor, self.config.tau)
-        return info
+        """The losses logged are those of the last step that updated the actor."""
+        return info if inputs[1] else self._train_info

@@ -305,13 +305,20 @@ class OffPolicyAlgorithm:
         Python (noise, whether the actor or the targets update), drawn eagerly so a compiled loss neither touches the
         generator nor depends on counters; ``_losses(batch, inputs)``: the loss and the values to log, from tensors
         only, after the normalizer took the batch in (``_take_in``); ``_after_step(batch, inputs, info)``, returning
-        what ``train_info`` becomes; and, where they apply, ``_grad_clip_norm()`` and ``_parameters_left_out(inputs)``.
+        what ``train_info`` becomes; and, where they apply, ``_target_updates(inputs)``, ``_grad_clip_norm()`` and
+        ``_parameters_left_out(inputs)``.
         """
         if self._reshape_actions:
             batch = self._network_batch(batch)
         inputs = self._update_inputs(batch)
+        targets = self._target_updates(inputs)
         fused = self._fused_step()
-        info = fused(batch, inputs) if fused is not None else self._loss_step(batch, inputs)
+        if fused is not None:
+            info = fused(batch, inputs, targets)
+        else:
+            info = self._loss_step(batch, inputs)
+            for target, source, tau in targets:
+                self.soft_update(target, source, tau)
         self._train_info = self._after_step(batch, inputs, info)
 
     def _loss_step(self, batch: Any, inputs: Any) -> dict[str, Any]:
@@ -364,6 +371,11 @@ class OffPolicyAlgorithm:
         :mod:`herl.training.fused_step`) must be told. TD3 leaves its actor out between delayed updates."""
         return set()
 
+    def _target_updates(self, inputs: Any) -> tuple[tuple[nn.Module, nn.Module, float], ...]:
+        """The target networks that follow their networks after the step with these ``inputs``, as ``(target,
+        source, tau)``: :meth:`soft_update` after Adam's step (the compiled whole step does it in its graph)."""
+        return ()
+
     def _after_step(self, batch: Any, inputs: Any, info: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -413,15 +425,18 @@ class OffPolicyAlgorithm:
             return functools.partial(self._first_fused_call, fused)
         return fused or None
 
-    def _first_fused_call(self, fused: Any, batch: Any, inputs: Any) -> dict[str, Any]:
+    def _first_fused_call(self, fused: Any, batch: Any, inputs: Any, targets: Any) -> dict[str, Any]:
         start = time.perf_counter()
         try:
-            info = first_call(fused, batch, inputs)
+            info = first_call(fused, batch, inputs, targets)
         except Exception as err:  # noqa: BLE001 - any compiler failure: train on, eagerly, and say why
             self._compile_failed(err)
             self.__dict__["_fused"] = False
             self.__dict__["_compiled_losses"] = self._losses  # no second try with the loss alone
-            return self._loss_step(batch, inputs)
+            info = self._loss_step(batch, inputs)
+            for target, source, tau in targets:
+                self.soft_update(target, source, tau)
+            return info
         self._compiled(start)
         return info
 

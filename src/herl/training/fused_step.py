@@ -5,7 +5,8 @@ the rest of the step eager: the autograd engine runs the compiled backward graph
 step and their Python. On a CPU core that fixed cost is most of a small network's update (SAC [64, 64] at batch 256:
 ~1 ms of ~2). Here the gradients come from ``torch.func.grad`` inside the compiled function, so the loss, its
 gradients, the clipping an algorithm asks for and Adam's step are one graph: inductor fuses them into a few kernels,
-called from one Python call, with no autograd engine and no ``.grad`` tensors. On CUDA the function runs in
+called from one Python call, with no autograd engine and no ``.grad`` tensors; the target networks' Polyak averaging
+follows in the same graph. On CUDA the function runs in
 ``"reduce-overhead"`` mode: one CUDA graph replayed per step, the parameters, Adam's state and the normalizer's
 statistics updated in place at fixed addresses.
 
@@ -37,12 +38,18 @@ _models = itertools.count(1)
 
 def compile_update(fn: Any, *, cuda: bool) -> Any:
     """``torch.compile`` for a model's update or acting (on CUDA in ``"reduce-overhead"`` mode: CUDA graphs), with
-    :data:`GRAPHS_PER_MODEL` more room in Dynamo's limits; its first call goes through :func:`first_call`."""
+    :data:`GRAPHS_PER_MODEL` more room in Dynamo's limits; its first call goes through :func:`first_call`.
+
+    On a CPU without inductor's size asserts: the Python that calls the kernels checks every input's sizes and
+    strides again, ~70 calls a step for SAC, 3-4 % of its [64, 64] update, which Dynamo's guards already check
+    (static shapes: a new size or stride compiles a new graph)."""
     config = torch._dynamo.config
     room = GRAPHS_PER_MODEL * next(_models)
     config.recompile_limit = max(config.recompile_limit, room)
     config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, room)
-    return torch.compile(fn, mode="reduce-overhead" if cuda else None, dynamic=False)
+    if cuda:
+        return torch.compile(fn, mode="reduce-overhead", dynamic=False)
+    return torch.compile(fn, dynamic=False, options={"size_asserts": False})
 
 
 def first_call(compiled: Any, *args: Any) -> Any:
@@ -87,7 +94,8 @@ class _Losses(nn.Module):
 
 
 class FusedStep:
-    """One update of ``model``: ``step(batch, inputs)`` returns ``_losses``' info (after the parameters moved)."""
+    """One update of ``model``: ``step(batch, inputs, targets)`` returns ``_losses``' info (after the parameters and
+    the ``(target, source, tau)`` targets moved)."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -97,7 +105,7 @@ class FusedStep:
         self.cuda = model.device.type == "cuda"
         self.compiled = compile_update(self._step, cuda=self.cuda)
 
-    def __call__(self, batch: Any, inputs: Any) -> dict[str, Any]:
+    def __call__(self, batch: Any, inputs: Any, targets: tuple[tuple[nn.Module, nn.Module, float], ...] = ()) -> dict[str, Any]:
         model = self.model
         optimizer = model.optimizers["optimizer"]
         groups = optimizer.param_groups
@@ -115,20 +123,21 @@ class FusedStep:
             from torch._dynamo import mark_static_address
 
             for tensor in (self._lrs, *(p for _, p in trained), *(t for state in states for t in state.values()),
-                           *model.encoder.buffers()):  # the normalizer's statistics too (``_take_in``)
+                           *model.encoder.buffers(),  # the normalizer's statistics too (``_take_in``)
+                           *(t for target, _, _ in targets for t in (*target.parameters(), *target.buffers()))):
                 mark_static_address(tensor, guard=False)  # updated in place: the memory the graphs replay
             torch.compiler.cudagraph_mark_step_begin()  # the graphs reuse their output memory: a new step begins
         with torch.no_grad():
             info = self.compiled(batch, inputs, tuple(self._names[id(p)] for _, p in trained), [p for _, p in trained],
                                  [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                                  [s["step"] for s in states], self._lrs, tuple(i for i, _ in trained),
-                                 groups[0]["betas"], groups[0]["eps"], model._grad_clip_norm())
+                                 groups[0]["betas"], groups[0]["eps"], model._grad_clip_norm(), targets)
         return {k: v.clone() if self.cuda and torch.is_tensor(v) else v for k, v in info.items()}
 
     def _step(self, batch: Any, inputs: Any, names: tuple[str, ...], params: list[torch.Tensor],
               exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor],
               lrs: torch.Tensor, group_of: tuple[int, ...], betas: tuple[float, float], eps: float,
-              clip: float | None) -> dict[str, Any]:
+              clip: float | None, targets: tuple[tuple[nn.Module, nn.Module, float], ...]) -> dict[str, Any]:
         def loss(trainable: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
             return torch.func.functional_call(self.losses, trainable, (batch, inputs), strict=False)
 
@@ -149,6 +158,8 @@ class FusedStep:
             # powers; about half of Adam's time on a CPU core at TQC's [256, 256])
             step_size, correction = torch.stack([lrs[group] / (1 - beta1 ** count), (1 - beta2 ** count).sqrt()]).float()
             param.sub_(step_size * exp_avg / (exp_avg_sq.sqrt() / correction + eps))
+        for target, source, tau in targets:  # eager, a few small ops after the step: ~5 % of SAC's [64, 64] update
+            self.model.soft_update(target, source, tau)
         return info
 
 
