@@ -557,7 +557,7 @@ class OffPolicyAlgorithm:
 
     @property
     def action_dim(self) -> int:
-        return int(np.prod(self.action_space.shape))
+        return math.prod(self.action_space.shape)  # read at each env step and update: NumPy's prod costs ~10 us
 
     def make_optimizer(self, params: Any, lr: float | None = None,
                        betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Optimizer:

@@ -102,6 +102,7 @@ class FusedStep:
         self.losses = _Losses(model)
         self._names: dict[int, str] = {}
         self._lrs = torch.zeros(0, dtype=torch.float64, device=model.device)
+        self._lr_values: tuple[float, ...] = ()
         self.cuda = model.device.type == "cuda"
         self.compiled = compile_update(self._step, cuda=self.cuda)
 
@@ -109,10 +110,13 @@ class FusedStep:
         model = self.model
         optimizer = model.optimizers["optimizer"]
         groups = optimizer.param_groups
-        if len(self._lrs) != len(groups):
-            self._lrs = torch.zeros(len(groups), dtype=torch.float64, device=model.device)
-        for i, group in enumerate(groups):
-            self._lrs[i] = group["lr"]
+        lrs = tuple(group["lr"] for group in groups)
+        if lrs != self._lr_values:  # written when a schedule changes them: a write per group costs more than the check
+            if len(self._lrs) != len(groups):
+                self._lrs = torch.zeros(len(groups), dtype=torch.float64, device=model.device)
+            for i, lr in enumerate(lrs):
+                self._lrs[i] = lr
+            self._lr_values = lrs
         left_out = model._parameters_left_out(inputs)
         trained = [(i, p) for i, group in enumerate(groups) for p in group["params"]
                    if p.requires_grad and id(p) not in left_out]
