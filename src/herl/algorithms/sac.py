@@ -177,9 +177,6 @@ class SAC(OffPolicyAlgorithm):
     def _target_updates(self, inputs: tuple[torch.Tensor, bool]) -> tuple[tuple[nn.Module, nn.Module, float], ...]:
         return ((self.critic_target, self.critic, self.config.tau),) if inputs[1] else ()
 
-    def _after_step(self, batch: Any, inputs: tuple[torch.Tensor, bool], info: dict[str, Any]) -> dict[str, Any]:
-        return info
-
     def _demo_loss(self, x: torch.Tensor, cx: torch.Tensor, batch: Any) -> torch.Tensor:
         """The behaviour-cloning loss on the batch's demo rows (see :mod:`herl.algorithms.bc`), for the deterministic
         action (tanh of the Gaussian's mean: what the policy does when evaluated); the Q-filter values it and the

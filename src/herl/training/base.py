@@ -304,8 +304,8 @@ class OffPolicyAlgorithm:
         An algorithm defines ``_update_inputs(batch)``: what the step draws from the model's generator and decides in
         Python (noise, whether the actor or the targets update), drawn eagerly so a compiled loss neither touches the
         generator nor depends on counters; ``_losses(batch, inputs)``: the loss and the values to log, from tensors
-        only, after the normalizer took the batch in (``_take_in``); ``_after_step(batch, inputs, info)``, returning
-        what ``train_info`` becomes; and, where they apply, ``_target_updates(inputs)``, ``_grad_clip_norm()`` and
+        only, after the normalizer took the batch in (``_take_in``); and, where they apply, ``_target_updates(inputs)``,
+        ``_after_step(batch, inputs, info)`` (what ``train_info`` becomes), ``_grad_clip_norm()`` and
         ``_parameters_left_out(inputs)``.
         """
         if self._reshape_actions:
@@ -313,16 +313,12 @@ class OffPolicyAlgorithm:
         inputs = self._update_inputs(batch)
         targets = self._target_updates(inputs)
         fused = self._fused_step()
-        if fused is not None:
-            info = fused(batch, inputs, targets)
-        else:
-            info = self._loss_step(batch, inputs)
-            for target, source, tau in targets:
-                self.soft_update(target, source, tau)
+        info = fused(batch, inputs, targets) if fused is not None else self._loss_step(batch, inputs, targets)
         self._train_info = self._after_step(batch, inputs, info)
 
-    def _loss_step(self, batch: Any, inputs: Any) -> dict[str, Any]:
-        """The step with the loss eager or compiled alone: then autograd, clipping and the optimizer's own step."""
+    def _loss_step(self, batch: Any, inputs: Any, targets: tuple[tuple[nn.Module, nn.Module, float], ...]) -> dict[str, Any]:
+        """The step with the loss eager or compiled alone: then autograd, clipping, the optimizer's own step and the
+        ``(target, source, tau)`` targets' :meth:`soft_update`."""
         self._take_in(batch)
         losses = self._loss_function()
         if losses == self._losses:
@@ -334,6 +330,8 @@ class OffPolicyAlgorithm:
         loss.backward()
         self._before_step()
         optimizer.step()
+        for target, source, tau in targets:
+            self.soft_update(target, source, tau)
         return info
 
     @property
@@ -377,7 +375,8 @@ class OffPolicyAlgorithm:
         return ()
 
     def _after_step(self, batch: Any, inputs: Any, info: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        """What ``train_info`` becomes after the step: ``info`` by default."""
+        return info
 
     compile_seconds: float | None = None
     """How long compiling the update took (``compile=True``), once it has run; None before."""
@@ -433,10 +432,7 @@ class OffPolicyAlgorithm:
             self._compile_failed(err)
             self.__dict__["_fused"] = False
             self.__dict__["_compiled_losses"] = self._losses  # no second try with the loss alone
-            info = self._loss_step(batch, inputs)
-            for target, source, tau in targets:
-                self.soft_update(target, source, tau)
-            return info
+            return self._loss_step(batch, inputs, targets)
         self._compiled(start)
         return info
 
