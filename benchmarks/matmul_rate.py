@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--layers", action="store_true", help="time ensemble layers through herl.nn.gemm instead")
     args = parser.parse_args()
     if args.threads == 1:
-        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     torch.set_num_threads(args.threads)
     if args.layers:
         torch.set_num_threads(args.threads)

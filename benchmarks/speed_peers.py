@@ -119,7 +119,7 @@ def main() -> None:
                         help="interleave: build each variant once, then N timed steps each per round (0: off)")
     args = parser.parse_args()
     os.sched_setaffinity(0, {args.core})
-    os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"
     import numpy as np
     import torch
 
