@@ -10,7 +10,7 @@ from gymnasium import spaces
 
 import herl.algorithms.tqc as tqc_module
 from herl import DQN, TQC, CrossQ, HerReplayBuffer, evaluate_policy
-from herl.algorithms.tqc import quantile_huber_loss
+from herl.algorithms.tqc import _pairwise_quantile_huber_loss, quantile_huber_loss
 from herl.envs import BitFlippingEnv, PointReachEnv
 from herl.nn.batch_renorm import BatchRenorm, RenormMLP
 
@@ -49,6 +49,25 @@ def test_quantile_huber_loss_matches_the_pairwise_form(scale):
     torch.testing.assert_close(grad, reference_grad, rtol=1e-4, atol=1e-9)
     sorted_loss = quantile_huber_loss(quantiles, targets.sort(dim=1).values, targets_sorted=True)
     torch.testing.assert_close(sorted_loss, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_the_form_for_compilers_matches_the_textbook_form_in_value_and_gradient():
+    """The compiled step's form computes its gradient beside the loss and hands it on through a carrier term: the
+    value is the loss's exactly as computed, the gradient the textbook form's, through autograd and torch.func alike."""
+    gen = torch.Generator().manual_seed(5)
+    quantiles = (3.0 * torch.randn(2, 64, 7, generator=gen)).requires_grad_()
+    targets = 3.0 * torch.randn(64, 12, generator=gen) - 5.0
+    targets[:5, 3:6] = quantiles[0, :5, :3].detach() + 1.0  # |delta| exactly 1: the Huber kernel's seam
+    targets[5:9, :3] = quantiles[1, 5:9, :3].detach()  # delta exactly 0
+    loss = _pairwise_quantile_huber_loss(quantiles, targets)
+    (grad,) = torch.autograd.grad(loss, quantiles)
+    reference = pairwise_quantile_huber_loss(quantiles, targets)
+    (reference_grad,) = torch.autograd.grad(reference, quantiles)
+    torch.testing.assert_close(loss, reference, rtol=1e-6, atol=0)
+    torch.testing.assert_close(grad, reference_grad, rtol=1e-5, atol=1e-10)
+    func_grad = torch.func.grad(lambda q: _pairwise_quantile_huber_loss(q, targets))(quantiles.detach())
+    torch.testing.assert_close(func_grad, reference_grad, rtol=1e-5, atol=1e-10)
+    assert _pairwise_quantile_huber_loss(quantiles.detach(), targets) == loss  # the carrier adds exactly nothing
 
 
 @pytest.mark.slow
