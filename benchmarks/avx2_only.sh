@@ -15,7 +15,7 @@ if ! grep -qw cpuid_fault /proc/cpuinfo; then
     echo "avx2_only.sh: this CPU or kernel cannot trap CPUID (no cpuid_fault in /proc/cpuinfo)" >&2
     exit 3
 fi
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/herl-avx2-only"
+cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/herl-avx2-only"
 mkdir -p "$cache"
 if [[ ! -f "$cache/avx2_only.so" || "$here/avx2_only.c" -nt "$cache/avx2_only.so" ]]; then
     gcc -O2 -shared -fPIC -o "$cache/avx2_only.so.tmp" "$here/avx2_only.c"
