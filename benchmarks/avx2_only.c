@@ -51,7 +51,9 @@ static void pass_on(int sig, siginfo_t *info, void *context) {
 static void on_segv(int sig, siginfo_t *info, void *context) {
     greg_t *regs = ((ucontext_t *)context)->uc_mcontext.gregs;
     const unsigned char *ip = (const unsigned char *)regs[REG_RIP];
-    if (ip[0] != 0x0f || ip[1] != 0xa2) { /* not CPUID: a real fault */
+    /* a trapped CPUID arrives as the kernel's general-protection fault (SI_KERNEL), from readable code; any other
+     * fault, an unreadable instruction address among them, is a real one */
+    if (info->si_code != SI_KERNEL || ip[0] != 0x0f || ip[1] != 0xa2) {
         pass_on(sig, info, context);
         return;
     }
