@@ -14,6 +14,7 @@ from herl.buffers import (  # noqa: E402
     ReplayBufferSamples,
 )
 from herl.compat import HER, HerReplayStorage, HindsightReplayBuffer  # noqa: E402
+from herl.errors import ArchiveError  # noqa: E402
 from herl.training import (  # noqa: E402
     ActionNoise,
     BaseCallback,
@@ -25,6 +26,7 @@ from herl.training import (  # noqa: E402
     EveryNTimesteps,
     LogEveryNTimesteps,
     NormalActionNoise,
+    OffPolicyAlgorithm,
     OrnsteinUhlenbeckActionNoise,
     ProgressBarCallback,
     StopTrainingOnMaxEpisodes,
@@ -44,6 +46,7 @@ __all__ = [
     "TD3",
     "TQC",
     "ActionNoise",
+    "ArchiveError",
     "BaseCallback",
     "CallbackList",
     "CheckpointCallback",
@@ -60,6 +63,7 @@ __all__ = [
     "LogEveryNTimesteps",
     "NStepReplayBuffer",
     "NormalActionNoise",
+    "OffPolicyAlgorithm",
     "OrnsteinUhlenbeckActionNoise",
     "ProgressBarCallback",
     "ReplayBuffer",
