@@ -636,8 +636,15 @@ def _confirm_env_module(env_id: str, source: Path) -> None:
     module = env_id.rpartition(":")[0]
     if not module or module in sys.modules:
         return
-    where = importlib.util.find_spec(module.split(".")[0]) if module else None
-    origin = getattr(where, "origin", None) or "not found"
+    try:
+        where = importlib.util.find_spec(module.split(".")[0])
+    except (ImportError, ValueError):
+        where = None
+    if where is None:  # nothing to trust yet: the module is not where Python looks
+        raise CLIError(f"{source}'s config names the env {env_id!r}, whose module {module!r} is not found from here: "
+                       f"add the folder that holds it to PYTHONPATH, then name the env with --env "
+                       f"{shlex.quote(env_id)} (e.g. PYTHONPATH=DIR herl ... --env {shlex.quote(env_id)})")
+    origin = getattr(where, "origin", None) or str(list(getattr(where, "submodule_search_locations", None) or []))
     question = (f"{source}'s config names the env {env_id!r}: making it imports the Python module {module!r} "
                 f"({origin}), which runs its code.")
     if sys.stdin is not None and sys.stdin.isatty():

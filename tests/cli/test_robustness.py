@@ -160,11 +160,18 @@ def test_a_damaged_config_json_is_reported(finished: Path, tmp_path: Path, capsy
 
 
 def test_eval_asks_before_importing_a_module_a_run_config_names(finished: Path, tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     run = _copy(finished, tmp_path)
     config = json.loads((run / "config.json").read_text())
     (run / "config.json").write_text(json.dumps({**config, "env": "not_imported_yet_herl_test:BitFlipping-v0"}))
-    assert herl("eval", run, "--episodes", "1") == 2  # no terminal to ask: refused
+    assert herl("eval", run, "--episodes", "1") == 2
+    err = capsys.readouterr().err  # a module Python cannot find: no question to ask, the fix is where it is
+    assert "module 'not_imported_yet_herl_test' is not found from here: add the folder that holds it to PYTHONPATH" in err
+    assert "--env not_imported_yet_herl_test:BitFlipping-v0" in err
+    (tmp_path / "not_imported_yet_herl_test.py").write_text("")  # now findable: asked (no terminal: refused)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert herl("eval", run, "--episodes", "1") == 2
     err = capsys.readouterr().err
     assert "imports the Python module 'not_imported_yet_herl_test'" in err and "--env" in err
     assert "not_imported_yet_herl_test" not in sys.modules
@@ -209,6 +216,17 @@ def test_bad_settings_stop_the_command_with_one_message(tmp_path: Path, capsys: 
     assert herl("train", *TINY, "--set", setting, "--run-dir", tmp_path) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "seed_0" / "config.json").exists()
+
+
+def test_eval_names_the_env_setting_at_fault(finished: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelled env setting is named alone (not the run's own valid ones beside it), with the closest name; a
+    valid one that changes the spaces is named in the mismatch, with --set as the fix."""
+    assert herl("eval", finished, "--episodes", "1", "--set", "env.n_bits=4", "--set", "env.n_bitz=3") == 2
+    err = capsys.readouterr().err
+    assert "takes no env.n_bitz (did you mean env.n_bits?)" in err and "env.n_bits," not in err
+    assert herl("eval", finished, "--episodes", "1", "--set", "env.n_bits=11") == 2
+    err = capsys.readouterr().err
+    assert "was not trained on herl/BitFlipping-v0 made with env.n_bits=11" in err and "--set env.NAME=VALUE" in err
 
 
 def test_a_her_buffer_too_small_for_an_episode_is_refused_before_training(tmp_path: Path,

@@ -185,7 +185,7 @@ def evaluate_model(model: Any, env_id: str, env_kwargs: Mapping[str, Any], *, ep
                    seed: int, name: str) -> EvalResult:
     """``herl eval`` of a model trained on a batched env: one episode in each of ``episodes`` envs."""
     env = make_env(env_id, env_kwargs, episodes, model.device)
-    check_spaces_fit(model, env.single_observation_space, env.single_action_space, env_id)
+    check_spaces_fit(model, env.single_observation_space, env.single_action_space, env_id, env_kwargs)
     returns, lengths, successes = play_episodes(model, env, seed=seed, deterministic=deterministic)
     return EvalResult(name, model.num_timesteps, episodes, float(np.mean(successes)), float(np.mean(returns)),
                       float(np.std(returns)), float(np.mean(lengths)))

@@ -204,6 +204,14 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
             raise CLIError(f"{env_id} could not be made with {given} ({type(err).__name__}: {err}); check the values "
                            f"(--set env.NAME=VALUE reads numbers, true/false and [lists]; text otherwise); its "
                            f"constructor takes: {', '.join(params) or 'no arguments'}") from err
+        read = _constructor_parameters(env_id)  # none where the constructor cannot be read: then no guess
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in read)
+        unknown = [k for k in env_kwargs if k not in params] if read and not takes_any else []
+        if unknown:  # name the settings the constructor lacks, not the valid ones given beside them
+            hints = "".join(f" (did you mean env.{close[0]}?)" if (close := difflib.get_close_matches(k, params, 1)) else ""
+                            for k in unknown[:1])
+            raise CLIError(f"{env_id} takes no {', '.join(f'env.{k}' for k in unknown)}{hints}; its constructor "
+                           f"takes: {', '.join(params) or 'no arguments'} (set them with --set env.NAME=VALUE)") from err
         given = ", ".join(f"env.{k}" for k in env_kwargs or {})
         raise CLIError(
             f"{env_id} rejected {given or 'its arguments'} ({err}); its constructor takes: "
@@ -236,16 +244,21 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
     return ActionRepeat(env, repeat)
 
 
-def constructor_arguments(env_id: str) -> list[str]:
-    """Names of the keyword arguments of ``env_id``'s constructor (and gym.make's ``max_episode_steps``)."""
+def _constructor_parameters(env_id: str) -> list[inspect.Parameter]:
+    """The parameters of ``env_id``'s constructor, or none where they cannot be read."""
     spec = gym.spec(env_id.rpartition(":")[2])
     try:
         creator = spec.entry_point
         if isinstance(creator, str):
             creator = gym.envs.registration.load_env_creator(creator)
-        params = inspect.signature(creator).parameters.values()
+        return list(inspect.signature(creator).parameters.values())
     except (ValueError, TypeError, ImportError, AttributeError):
-        return ["max_episode_steps"]
+        return []
+
+
+def constructor_arguments(env_id: str) -> list[str]:
+    """Names of the keyword arguments of ``env_id``'s constructor (and gym.make's ``max_episode_steps``)."""
+    params = _constructor_parameters(env_id)
     names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
     return [*names, "max_episode_steps"] if "max_episode_steps" not in names else names
 

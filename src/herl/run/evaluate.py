@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ def evaluate(model: Any, env_id: str, env_kwargs: dict[str, Any], *, episodes: i
 
     env = make_env(env_id, env_kwargs)
     try:
-        check_spaces_fit(model, env.observation_space, env.action_space, env_id)
+        check_spaces_fit(model, env.observation_space, env.action_space, env_id, env_kwargs)
         rewards, lengths, successes = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=deterministic,
                                                       return_episode_rewards=True, return_success_rate=True, seed=seed)
     finally:
@@ -107,14 +108,18 @@ def evaluate(model: Any, env_id: str, env_kwargs: dict[str, Any], *, episodes: i
                       float(np.std(rewards)), float(np.mean(lengths)))
 
 
-def check_spaces_fit(model: Any, observation_space: Any, action_space: Any, env_id: str) -> None:
+def check_spaces_fit(model: Any, observation_space: Any, action_space: Any, env_id: str,
+                     env_kwargs: Mapping[str, Any] | None = None) -> None:
     """``CLIError`` unless ``model`` can act in an env of these spaces: the same action space, and observations of the
     same keys and shapes. Their dtypes and bounds may differ, so that a model trained on a batched env (float32
     observations, the goals' bounds) acts in its gymnasium twin (gymnasium-robotics' float64 and unbounded ones)."""
     if _layout(observation_space) != _layout(model.observation_space) or action_space != model.action_space:
-        raise CLIError(f"the model was not trained on {env_id}: its spaces differ from the env's (observation "
+        made = f" made with {', '.join(f'env.{k}={v!r}' for k, v in env_kwargs.items())}" if env_kwargs else ""
+        fix = "pass the env and the env settings it was trained with (--env, --set env.NAME=VALUE)" if env_kwargs \
+            else "pass the right --env"
+        raise CLIError(f"the model was not trained on {env_id}{made}: its spaces differ from the env's (observation "
                        f"{model.observation_space} vs {observation_space}; action {model.action_space} vs "
-                       f"{action_space}); pass the right --env")
+                       f"{action_space}); {fix}")
 
 
 def _layout(space: Any) -> Any:
@@ -154,7 +159,7 @@ def record_video(model: Any, env_id: str, env_kwargs: dict[str, Any], path: Path
         return f"no video: {env_id} cannot render rgb_array frames ({type(err).__name__}: {err})"
     frames = []
     try:
-        check_spaces_fit(model, env.observation_space, env.action_space, env_id)
+        check_spaces_fit(model, env.observation_space, env.action_space, env_id, env_kwargs)
         obs, _ = env.reset(seed=seed)
         for _ in range(episodes):
             frames.append(env.render())
