@@ -9,9 +9,10 @@ All of them derive from :class:`HerlError`; ``ConfigError``, ``NonFiniteError`` 
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +119,16 @@ class Rule:
         if self.also:
             text += " (or " + ", ".join(repr(v) for v in self.also) + ")"
         return text + (f" ({self.note})" if self.note else "")
+
+
+def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest known name of each unknown one that has one, or ``""``."""
+    known = list(known)
+    pairs = [(name, close[0]) for name in unknown if (close := difflib.get_close_matches(name, known, n=1))]
+    if not pairs:
+        return ""
+    return " (did you mean " + ", ".join(repr(close) + ("" if len(pairs) == 1 else f" for {name!r}")
+                                        for name, close in pairs) + "?)"
 
 
 def _fmt(x: float) -> str:

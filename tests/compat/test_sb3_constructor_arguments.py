@@ -89,6 +89,15 @@ def test_non_defaults_herl_cannot_honour_are_refused_with_what_to_do():
         SAC("MultiInputPolicy", env, optimize_memory_usage=False, replay_buffer_kwargs=dict(optimize_memory_usage=True))
     with pytest.raises(TypeError, match=r"unknown argument\(s\) \['not_an_argument'\]"):
         DQN("MultiInputPolicy", env_for(DQN), not_an_argument=1)
+    with pytest.raises(TypeError, match=r"\['learnin_rate'\] \(did you mean 'learning_rate'\?\)"):
+        SAC("MultiInputPolicy", env, learnin_rate=1e-3)
+
+
+def test_a_misspelled_buffer_argument_is_named_with_the_closest_one():
+    with pytest.raises(TypeError, match=r"replay_buffer_kwargs has 'n_sample_goal', 'strategy', which HerReplayBuffer "
+                                        r"does not take \(did you mean 'n_sampled_goal'\?\); it takes: "):
+        SAC("MultiInputPolicy", env_for(SAC), replay_buffer_class=HerReplayBuffer,
+            replay_buffer_kwargs=dict(n_sample_goal=4, strategy="future"))
 
 
 @NO_CUDA

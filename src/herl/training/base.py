@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import math
 import os
 import time
@@ -38,7 +39,7 @@ from torch import nn
 from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
 from herl.errors import (BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ActionSpaceError, EnvMismatchError, NonFiniteError,
-                         as_integer, check, integer)
+                         as_integer, check, did_you_mean, integer)
 from herl.nn.acting import ActingNetwork
 from herl.nn.extractors import ExtractorInput, extractor_class, has_features, has_images, make_extractor
 from herl.nn.mlp import PRECISIONS, resolve_precision, set_precision
@@ -649,6 +650,7 @@ class OffPolicyAlgorithm:
         buffer_class = self.replay_buffer_class
         if buffer_class is ReplayBuffer and n_steps > 1:  # the same buffer, under the class name SB3 gives it
             buffer_class = NStepReplayBuffer
+        _check_buffer_arguments(buffer_class, kwargs)
         buffer = buffer_class(
             self.config.buffer_size, self.observation_space, self.action_space,
             device=self.device, n_envs=self.n_envs, **kwargs,
@@ -1147,6 +1149,22 @@ def _accept_sde_off(hyperparameters: dict[str, Any]) -> None:
         hyperparameters.pop(name, None)
     if use_sde:
         raise ValueError(SDE_REFUSAL)
+
+
+def _check_buffer_arguments(buffer_class: type, kwargs: Mapping[str, Any]) -> None:
+    """A ``TypeError`` naming each ``replay_buffer_kwargs`` entry the buffer's constructor does not take, with the
+    closest name it does (Python's own error names only the first, with no hint)."""
+    try:
+        parameters = inspect.signature(buffer_class).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind == p.VAR_KEYWORD for p in parameters):
+        return
+    known = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise TypeError(f"replay_buffer_kwargs has {', '.join(map(repr, unknown))}, which {buffer_class.__name__} does "
+                        f"not take{did_you_mean(unknown, known)}; it takes: {', '.join(known)}")
 
 
 def _accept_sb3_arguments(owner: str, hyperparameters: dict[str, Any],

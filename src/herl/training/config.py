@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from herl.errors import (BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ClassNotLoadedError, ConfigError, Rule, check, check_fields,
-                         integer, number)
+                         did_you_mean, integer, number)
 from herl.nn.extractors import BUILTIN_EXTRACTORS, extractor_class, extractor_name
 from herl.nn.mlp import ACTIVATIONS, AUTO_PRECISION, PRECISIONS
 
@@ -110,7 +110,8 @@ class OffPolicyConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - set(fields))
         if unknown:
-            raise TypeError(f"{cls.owner()} got unknown argument(s) {unknown}; known hyperparameters: {sorted(fields)}")
+            raise TypeError(f"{cls.owner()} got unknown argument(s) {unknown}{did_you_mean(unknown, fields)}; known "
+                            f"hyperparameters: {sorted(fields)}")
         values = {name: _plain(value, fields[name].default) for name, value in kwargs.items()}
         if "train_freq" in values:
             values["train_freq"] = _train_freq(values["train_freq"], cls.owner())
