@@ -548,6 +548,19 @@ def test_eval_skips_the_video_with_a_reason(two_seeds: Path, tmp_path: Path, cap
     assert "no video: " in capsys.readouterr().out
 
 
+def test_an_mp4_without_its_writer_says_what_to_install_in_one_line(two_seeds: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("imageio") is None or importlib.util.find_spec("imageio_ffmpeg") is not None:
+        pytest.skip("needs imageio without imageio-ffmpeg")
+    assert herl("eval", two_seeds / "seed_0", "--episodes", "1", "--video", tmp_path / "bits.mp4") == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("no video"))
+    assert line == ("no video: writing mp4 needs imageio-ffmpeg, which is not installed: pip install 'herl[video]', "
+                    "or write a .gif")
+    assert not list(tmp_path.iterdir())  # nothing half-written left behind
+
+
 def test_eval_of_a_bare_model_needs_the_env(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bare = tmp_path / "model.zip"
     bare.write_bytes((two_seeds / "seed_0" / "model.zip").read_bytes())

@@ -229,6 +229,17 @@ def test_eval_names_the_env_setting_at_fault(finished: Path, capsys: pytest.Capt
     assert "was not trained on herl/BitFlipping-v0 made with env.n_bits=11" in err and "--set env.NAME=VALUE" in err
 
 
+def test_a_run_folder_that_is_not_there_is_said_to_be_missing(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "runs" / "typo"
+    for command in (["plot", missing, "-o", tmp_path / "x.png"], ["train", "--resume", missing]):
+        assert herl(*command) == 2
+        assert f"{missing} does not exist" in capsys.readouterr().err
+    missing.mkdir(parents=True)  # there, but not a run
+    assert herl("plot", missing, "-o", tmp_path / "x.png") == 2
+    assert "is not a run folder" in capsys.readouterr().err
+
+
 def test_a_her_buffer_too_small_for_an_episode_is_refused_before_training(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("train", "--env", "herl/PointReach-v0", "--algo", "sac", "--set", "buffer_size=20", "--progress",

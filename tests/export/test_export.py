@@ -180,6 +180,10 @@ def test_herl_export_refuses_a_missing_folder_and_a_folder_as_its_output(tmp_pat
     assert not (tmp_path / "missing").exists()
     assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path / "p.onnxx")]) == 2  # a typo: not guessed
+    assert "name the file so, or say which with --format onnx or --format torchscript" in capsys.readouterr().err
+    assert not (tmp_path / "p.onnxx").exists()
+    assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path / "p.bin"), "--format", "onnx"]) == 0
 
 
 def _nan_actor(model):

@@ -162,6 +162,10 @@ def _preset_flags(config: Any) -> list[str]:
     return flags
 
 
+TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts")
+"""The file names ``herl export`` writes TorchScript to without ``--format``; ``.onnx`` is ONNX's."""
+
+
 def export(target: Path, output: Path, *, fmt: str | None, check: bool, device: str) -> str:
     """Export the model at ``target`` (a model file or a run folder) to ``output``; returns what was done.
 
@@ -170,13 +174,18 @@ def export(target: Path, output: Path, *, fmt: str | None, check: bool, device: 
     models = find_models(target)
     if len(models) != 1:
         raise CLIError(f"{target} holds {len(models)} seed runs: export one of them, e.g. {models[0].path.parent}")
-    fmt = fmt or ("torchscript" if output.suffix in (".pt", ".pth", ".ts") else "onnx")
+    chosen = fmt
+    fmt = fmt or ("torchscript" if output.suffix in TORCHSCRIPT_SUFFIXES else "onnx")
     source = models[0].path
     if output.resolve() == source.resolve() or (output.exists() and os.path.samefile(output, source)):
         suggestion = source.with_suffix(".pt" if fmt == "torchscript" else ".onnx")
         raise CLIError(f"-o {output} is the model being exported ({source}): the export would replace it; write it "
                        f"to another file, e.g. -o {shlex.quote(str(suggestion))}")
     output_file(output)
+    if chosen is None and output.suffix != ".onnx" and output.suffix not in TORCHSCRIPT_SUFFIXES:
+        raise CLIError(f"-o {output}: herl writes ONNX to a .onnx file and TorchScript to a "
+                       f"{'/'.join(TORCHSCRIPT_SUFFIXES)} file; name the file so, or say which with --format onnx or "
+                       "--format torchscript")
     if fmt == "onnx" and importlib.util.find_spec("onnx") is None:
         raise MissingExtraError("ONNX export", "onnx", "export")
     model = load_model(source, device)

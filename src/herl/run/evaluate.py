@@ -189,7 +189,10 @@ def record_video(model: Any, env_id: str, env_kwargs: dict[str, Any], path: Path
     except OSError as err:  # a missing folder, a full disk: a file already there is left as it was
         return f"no video: cannot write {path} ({err})"
     except (ImportError, ValueError, RuntimeError) as err:
-        if path.suffix.lower() == ".mp4":
-            return (f"no video: writing mp4 needs imageio-ffmpeg ({err}): pip install 'herl[video]', or write a .gif")
-        return f"no video: {err}"
+        import importlib.util
+
+        if path.suffix.lower() == ".mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
+            return "no video: writing mp4 needs imageio-ffmpeg, which is not installed: pip install 'herl[video]', or write a .gif"
+        reason = next(iter(str(err).strip().splitlines()), type(err).__name__)  # the first line, not imageio's plugin list
+        return f"no video: cannot write {path} ({type(err).__name__}: {reason})"
     return f"video: {path} ({episodes} episode(s), {len(frames)} frames)"

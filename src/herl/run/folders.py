@@ -20,6 +20,7 @@ def read_config(run_dir: Path) -> TrainConfig:
     """The settings of the run in ``run_dir``, checked as the command line checks them (a CLIError if damaged)."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
+        _check_exists(Path(run_dir))
         raise CLIError(f"{run_dir} is not a run folder (it has no {CONFIG_FILE})")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -42,6 +43,7 @@ def find_seed_runs(path: Path) -> list[Path]:
     path = Path(path)
     if (path / CONFIG_FILE).exists():
         return [path]
+    _check_exists(path)
     runs = sorted((p for p in path.iterdir() if (p / CONFIG_FILE).exists()), key=_seed_order) if path.is_dir() else []
     if not runs:
         raise CLIError(f"{path} is not a run folder: it holds no {CONFIG_FILE}, nor folders that do")
@@ -59,3 +61,11 @@ def read_progress(path: Path) -> list[dict[str, str]]:
         return []
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def _check_exists(path: Path) -> None:
+    """A ``CLIError`` for a path that is not there at all (a typo, or the wrong working folder), said as such."""
+    if not path.exists():
+        raise CLIError(f"{path} does not exist (looked for from {Path.cwd()}): give the folder `herl train` wrote "
+                       "the run to (its --run-dir, or runs/ENV_ALGO_TIME by default)")
+
