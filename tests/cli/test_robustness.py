@@ -325,3 +325,27 @@ def test_a_plot_that_fails_midway_leaves_the_previous_image(finished: Path, tmp_
     assert herl("plot", finished, "-o", output) == 2
     assert "No space left on device" in capsys.readouterr().err
     assert output.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["curves.svg"]
+
+
+def test_the_default_run_folder_name_holds_no_slash_or_colon() -> None:
+    from herl.run.train import default_run_dir
+
+    for env_id in ("herl/BitFlipping-v0", "my_envs.reach:LineReach-v0", "FetchReach-v4"):
+        folder = default_run_dir(env_id, "sac")
+        assert folder.parent == Path("runs") and "/" not in folder.name and ":" not in folder.name
+        assert folder.name.startswith(env_id.replace("/", "_").replace(":", "_") + "_sac_")
+
+
+def test_settings_a_run_never_reads_are_noted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Given by the user, HER's settings with HER off and the noise's without noise are accepted with a note (printed
+    and kept in config.json); a preset's own tables, which cover every algorithm, are not noted."""
+    assert herl("train", "--env", "herl/BitFlipping-v0", "--no-her", "--timesteps", "100", "--progress", "off",
+                "--run-dir", tmp_path / "plain") == 0
+    assert "no effect" not in capsys.readouterr().out
+    assert herl("train", "--env", "herl/BitFlipping-v0", "--no-her", "--set", "her.strategy=final", "--set",
+                "noise.sigma=0.3", "--timesteps", "100", "--progress", "off", "--run-dir", tmp_path / "noted") == 0
+    out = capsys.readouterr().out
+    assert "her.strategy set, but this run trains without HER: it has no effect" in out
+    assert "noise.sigma set, but dqn explores without added noise here (noise.type=none): no effect" in out
+    notes = json.loads((tmp_path / "noted" / "seed_0" / "config.json").read_text())["notes"]
+    assert sum("no effect" in note for note in notes) == 2

@@ -380,6 +380,7 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
         noise_type = "normal" if algo in ("ddpg", "td3") else "none"
         settings["noise"] = dataclasses.replace(settings["noise"], type=noise_type)
     _check_algorithm_settings(algo, hyperparameters, settings["policy"])
+    notes += _unused_settings_notes(flat, sources, algo=algo, her_on=her_on, noise_type=settings["noise"].type)
     batched = None
     if _is_batched_env(env):
         batched = settings["batched"]
@@ -410,6 +411,23 @@ def build_config(*, algo: str, env: str, seed: int, layers: list[tuple[str, Mapp
     )
     validate_config(config)
     return config
+
+
+def _unused_settings_notes(flat: Mapping[str, Any], sources: Mapping[str, str], *, algo: str, her_on: bool,
+                           noise_type: str) -> list[str]:
+    """Notes for settings the user gave (not a preset's, whose tables cover every algorithm) that this run never
+    reads: HER's with HER off, the noise's with no noise. Accepted, as a preset's are, but said."""
+    given = sorted(key for key in flat if not sources[key].startswith("preset"))
+    notes = []
+    her_keys = [key for key in given if key.startswith("her.") and key != "her.enabled"]
+    if her_keys and not her_on:
+        notes.append(f"{', '.join(her_keys)} set, but this run trains without HER: "
+                     f"{'they have' if len(her_keys) > 1 else 'it has'} no effect")
+    noise_keys = [key for key in given if key.startswith("noise.") and key != "noise.type"]
+    if noise_keys and noise_type == "none":
+        notes.append(f"{', '.join(noise_keys)} set, but {algo} explores without added noise here (noise.type=none): "
+                     f"no effect" + ("" if algo == "dqn" else "; set noise.type=normal to add it"))
+    return notes
 
 
 def _is_batched_env(env_id: str) -> bool:

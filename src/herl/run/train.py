@@ -838,5 +838,8 @@ def _where_runs_resume(signal_name: str, run_dirs: list[Path]) -> str:
 
 
 def default_run_dir(env_id: str, algo: str) -> Path:
+    """``runs/ENV_ALGO_TIME``, the env id's ``/`` and ``:`` (``herl/...``, ``module:EnvId``) written as ``_``: a colon
+    is no part of a file name on Windows, and means a host to ``scp`` and ``rsync``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{env_id.replace('/', '_')}_{algo}_{stamp}"
+    name = env_id.replace("/", "_").replace(":", "_")
+    return Path("runs") / f"{name}_{algo}_{stamp}"
