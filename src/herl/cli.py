@@ -579,7 +579,10 @@ def _env_set(assignments: list[str]) -> dict[str, Any]:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from herl.run.evaluate import evaluate, find_models, load_model, record_video
 
-    models = find_models(args.target)
+    left_out: list[str] = []
+    models = find_models(args.target, left_out=left_out)
+    for message in left_out:
+        print(f"herl eval: note: {message}", file=sys.stderr)
     env_kwargs = _env_set(args.set)
     results, video_done = [], False
     for item in models:
@@ -668,10 +671,11 @@ def _cmd_record(args: argparse.Namespace) -> int:
     from herl.run.demos import record
     from herl.run.envs import resolve_env_id
 
+    if _batched_id(args.env):  # before the id is resolved: batched ids are not gymnasium's
+        raise CLIError(f"herl record plays gymnasium envs; {args.env} is a batched env: record the matching single env "
+                       "(herl/PointReach-v0 for herl/BatchedPointReach-v0, herl/BitFlipping-v0 for bit flipping, "
+                       "FetchPush-v4 for herl/MJXFetchPush-v0)")
     env_id = resolve_env_id(args.env)
-    if _batched_id(env_id):
-        raise CLIError(f"herl record plays gymnasium envs; {env_id} is a batched env: record the matching single env "
-                       "(herl/PointReach-v0 for herl/BatchedPointReach-v0, herl/BitFlipping-v0 for bit flipping)")
     preset = _preset(args, env_id)
     set_layer = _env_set(args.set)
     if preset is None:

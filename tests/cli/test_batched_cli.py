@@ -231,4 +231,6 @@ def test_check_env_checks_batched_envs(capsys):
 
 def test_record_refuses_batched_envs(tmp_path, capsys):
     assert herl("record", "--env", "herl/BatchedPointReach-v0", "-o", tmp_path / "d") == 2
-    assert "herl/PointReach-v0" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "herl/BatchedPointReach-v0 is a batched env" in err and "herl/PointReach-v0 for herl/BatchedPointReach-v0" in err
+    assert not (tmp_path / "d").exists()

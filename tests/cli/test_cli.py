@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -541,6 +542,21 @@ def test_eval_of_a_model_file_with_a_video(two_seeds: Path, tmp_path: Path, caps
                 "--video-episodes", "1") == 0
     assert video.stat().st_size > 0
     assert "video:" in capsys.readouterr().out
+
+
+def test_eval_of_a_folder_leaves_out_a_run_with_no_model_yet(two_seeds: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A sweep's folder of runs, one of them stopped before its first evaluation: the others are evaluated."""
+    runs = tmp_path / "runs"
+    shutil.copytree(two_seeds, runs)
+    (runs / "seed_1" / "model.zip").unlink()
+    shutil.rmtree(runs / "seed_1" / "checkpoints")
+    assert herl("eval", runs, "--episodes", "1") == 0
+    captured = capsys.readouterr()
+    assert "seed_1 has neither model.zip nor a checkpoint yet: nothing to evaluate: left out" in captured.err
+    assert "seed_0" in captured.out and "seed_1" not in captured.out
+    assert herl("eval", runs / "seed_1", "--episodes", "1") == 2  # the run itself: nothing to evaluate is an error
+    assert "nothing to evaluate" in capsys.readouterr().err
 
 
 def test_eval_skips_the_video_with_a_reason(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -349,3 +349,18 @@ def test_settings_a_run_never_reads_are_noted(tmp_path: Path, capsys: pytest.Cap
     assert "noise.sigma set, but dqn explores without added noise here (noise.type=none): no effect" in out
     notes = json.loads((tmp_path / "noted" / "seed_0" / "config.json").read_text())["notes"]
     assert sum("no effect" in note for note in notes) == 2
+
+
+def test_a_run_refused_when_its_model_is_built_leaves_no_folder(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Settings that pass the command line's checks but not the model's: the folders the command made are gone, so
+    the corrected command may use the same --run-dir; a folder that was there before stays."""
+    bad = ["--env", "herl/PointReach-v0", "--timesteps", "200", "--progress", "off", "--set", "n_steps=3",
+           "--set", "her.online_sampling=false"]
+    assert herl("train", *bad, "--run-dir", tmp_path / "new" / "run") == 2
+    assert "use online_sampling=True with n_steps > 1" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()
+    assert herl("train", *bad, "--run-dir", tmp_path / "mine") == 2
+    assert (tmp_path / "mine").is_dir() and not list((tmp_path / "mine").iterdir())
+    assert herl("train", *bad[:-2], "--run-dir", tmp_path / "new" / "run") == 0  # corrected: same folder

@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -161,11 +162,17 @@ def test_resuming_a_finished_sweep_redoes_no_trial(seed_sweep: Path) -> None:
     assert len(_rows(seed_sweep / "summary.csv")) == 2
 
 
-def test_search_with_optuna_and_asha(local_ray, tmp_path: Path) -> None:
+def test_search_with_optuna_and_asha(local_ray, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     sweep_dir = tmp_path / "search"
     assert herl("sweep", *BITS, "--timesteps", "400", "--set", "eval.freq=200", "--search",
                 "learning_rate=loguniform:1e-4:3e-3", "--search", "batch_size=choice:32,64", "--trials", "2",
                 "--sweep-dir", sweep_dir) == 0
+    # the curves hint draws each trial as its own curve, labelled by its settings (not the trials as seeds of one)
+    hint = next(line for line in capsys.readouterr().out.splitlines() if "curves of the best 2: herl plot " in line)
+    plot = shlex.split(hint.partition("herl plot ")[2])
+    assert sorted(plot[:2]) == sorted(str(run) for run in (sweep_dir / "runs").glob("trial_*"))
+    assert plot[2] == "--label" and all(label.startswith("learning_rate=") for label in plot[3:])
+    assert herl("plot", *plot, "-o", tmp_path / "curves.png") == 0
     rows = _rows(sweep_dir / "summary.csv")
     assert len(rows) == 2 and all(r["run"].startswith("runs/trial_") for r in rows)
     for row in rows:
@@ -281,6 +288,8 @@ def test_a_killed_sweep_resumes_from_herls_record_and_never_unpickles_tunes_file
     for trial in record["trials"]:  # each run folder trained the settings the record says
         config = json.loads((sweep_dir / "runs" / trial["run"] / "config.json").read_text())
         assert config["hyperparameters"]["learning_rate"] == pytest.approx(trial["params"]["learning_rate"])
+        # and holds a model to evaluate, a trial stopped early by the scheduler too (the one of its last report)
+        assert (sweep_dir / "runs" / trial["run"] / "model.zip").is_file()
 
 
 def _alive(pid: int) -> bool:

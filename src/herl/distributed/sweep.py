@@ -32,6 +32,7 @@ import dataclasses
 import json
 import math
 import re
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -517,7 +518,14 @@ def summarize(spec: SweepSpec, sweep_dir: Path, state: SweepState) -> SweepResul
                              f"{_short(best['final'])}", envs=[spec.env], algo=spec.algo, settings=settings)
         atomic_write_text(sweep_dir / "best.toml", text)
         notes.append(f"best settings: herl train --config {sweep_dir / 'best.toml'}")
-    notes.append(f"curves: herl plot {sweep_dir / 'runs'}")
+    if keys:  # a search: each trial its own curve (a folder of runs would be drawn as seeds of one setting)
+        shown = [t for t in trials if t["final"] is not None][:4]
+        if shown:
+            folders = " ".join(shlex.quote(str(sweep_dir / t["run"])) for t in shown)
+            labels = " ".join(shlex.quote(", ".join(f"{k}={_short(t['params'].get(k))}" for k in keys)) for t in shown)
+            notes.append(f"curves of the best {len(shown)}: herl plot {folders} --label {labels}")
+    else:
+        notes.append(f"curves: herl plot {shlex.quote(str(sweep_dir / 'runs'))}")
     if any(t["status"] == "unfinished" for t in trials):
         notes.append(f"unfinished trials: continue them with herl sweep --resume {sweep_dir}")
     return SweepResult(headers, rows, notes)

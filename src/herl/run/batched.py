@@ -55,6 +55,7 @@ from herl.run.train import (
     _summarize,
     check_algorithm_fits,
     first_loadable_checkpoint,
+    new_run_folder,
     resolved_config,
     restart_config,
     resumed_config,
@@ -312,7 +313,9 @@ class _RunLoop:
         self.logger.record("eval/success_rate", success)
         self.logger.dump(step)
         self.history.append((step, success, mean_return))
-        if self.on_eval is not None:
+        if self.on_eval is not None:  # a sweep's trial, which may end at this report: its model is kept (train.py)
+            model.save(self.run_dir / MODEL_FILE)
+            share_like_new_files(self.run_dir / MODEL_FILE)
             self.on_eval({"time/total_timesteps": step, "eval/mean_reward": mean_return,
                           "eval/mean_ep_length": mean_length, "eval/success_rate": success})
         self.progress.set_success(success)
@@ -388,8 +391,7 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
     """Train a new run of ``config`` (a batched env) in ``run_dir`` (created; it must not hold a run already);
     ``on_eval`` is called with each evaluation's results."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with _claim(run_dir):  # checked under the lock: two commands starting one folder at once cannot both pass
+    with new_run_folder(run_dir), _claim(run_dir):  # under the lock: two commands cannot both start it
         if (run_dir / CONFIG_FILE).exists():
             raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume "
                            f"{shlex.quote(str(run_dir))}`, or choose another --run-dir")

@@ -63,7 +63,8 @@ def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, 
         env.close()
     success = "" if demos.successes is None else f", {demos.successes.mean():.2f} of them successful"
     settings = describe_env_settings(demos.env_settings or {})
-    return (f"wrote {demos.n_episodes} episodes ({len(demos):,} steps{success}) to {output}, recorded through "
+    episodes = f"{demos.n_episodes} episode" + ("" if demos.n_episodes == 1 else "s")
+    return (f"wrote {episodes} ({len(demos):,} steps{success}) to {output}, recorded through "
             f"{settings}" + (f" ({settings_from})" if settings_from else ""))
 
 

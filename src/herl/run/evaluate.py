@@ -60,9 +60,11 @@ def wilson_interval(successes: int, episodes: int, z: float = 1.96) -> tuple[flo
     return max(0.0, center - half), min(1.0, center + half)
 
 
-def find_models(target: Path) -> list[ModelToEvaluate]:
+def find_models(target: Path, *, left_out: list[str] | None = None) -> list[ModelToEvaluate]:
     """The models at ``target``: a model file, a run folder (its model.zip, else its latest checkpoint), or a folder
-    of seed runs (each of them)."""
+    of seed runs (each of them). Given ``left_out``, a folder of several runs leaves out those with no model yet (a
+    sweep's trial that has not reached its first evaluation) and says why there, rather than failing; it fails when
+    none has one."""
     target = Path(target)
     if target.is_file():
         config_path = target.parent / CONFIG_FILE
@@ -70,16 +72,22 @@ def find_models(target: Path) -> list[ModelToEvaluate]:
         return [ModelToEvaluate(str(target), target, config and config.env, dict(config.env_kwargs) if config else {})]
     if not target.exists():
         raise CLIError(f"no such model file or run folder: {target}")
-    models = []
-    for run in find_seed_runs(target):
+    models, empty = [], []
+    runs = find_seed_runs(target)
+    for run in runs:
         config = read_config(run)
         path = run / MODEL_FILE
         if not path.exists():
             checkpoint = latest_checkpoint(run)
             if checkpoint is None:
-                raise CLIError(f"{run} has neither {MODEL_FILE} nor a checkpoint yet: nothing to evaluate")
+                empty.append(f"{run} has neither {MODEL_FILE} nor a checkpoint yet: nothing to evaluate")
+                continue
             path = checkpoint.model_path
         models.append(ModelToEvaluate(run.name if run != target else str(run), path, config.env, dict(config.env_kwargs)))
+    if empty and (left_out is None or not models):
+        raise CLIError(empty[0] + (f" (nor have the {len(empty) - 1} other runs there)" if len(empty) > 1 else ""))
+    if left_out is not None:
+        left_out += [f"{message}: left out" for message in empty]
     return models
 
 

@@ -251,6 +251,10 @@ class RunCallback(BaseCallback):
         logger.dump(step)
         self.history.append((step, success, float(np.mean(rewards))))
         if self.on_eval is not None:
+            # a sweep's trial: its scheduler may end the process at this report, without a word; the model it judged
+            # is kept as the run's model file (the end of the run writes it again)
+            self.model.save(self.run_dir / MODEL_FILE)
+            share_like_new_files(self.run_dir / MODEL_FILE)
             metrics = {"time/total_timesteps": step, "eval/mean_reward": float(np.mean(rewards)),
                        "eval/mean_ep_length": float(np.mean(lengths))}
             self.on_eval(metrics if success is None else {**metrics, "eval/success_rate": success})
@@ -526,13 +530,31 @@ def start_run(config: TrainConfig, run_dir: Path, *, progress: str = "auto", pos
     _refuse_batched(config.env)
     if config.workers:  # before the folder exists: a refused run must not leave one that blocks the next command
         _worker_learner(config, worker_learner).check(config.workers)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with _claim(run_dir):  # checked under the lock: two commands starting one folder at once cannot both pass
+    with new_run_folder(run_dir), _claim(run_dir):  # checked under the lock: two commands cannot both start it
         if (run_dir / CONFIG_FILE).exists():
             raise CLIError(f"{run_dir} already holds a run: continue it with `herl train --resume "
                            f"{shlex.quote(str(run_dir))}`, or choose another --run-dir")
         return _start(config, run_dir, progress=progress, position=position, on_eval=on_eval,
                       worker_learner=worker_learner)
+
+
+@contextlib.contextmanager
+def new_run_folder(run_dir: Path) -> Iterator[None]:
+    """``run_dir`` made for a new run. Should the run fail before it writes its config (a setting refused when the
+    model is built), the folders made here are removed again, lock file included: no empty run is left to litter
+    ``runs/`` or to block the corrected command's ``--run-dir``. A folder that was there before is left as it is."""
+    made = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]  # deepest first
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if made and not (run_dir / CONFIG_FILE).exists():
+            with contextlib.suppress(OSError):
+                if {entry.name for entry in run_dir.iterdir()} <= {LOCK_FILE}:
+                    (run_dir / LOCK_FILE).unlink(missing_ok=True)
+                for folder in made:
+                    folder.rmdir()  # not empty (something else wrote there): stops, leaving it
+        raise
 
 
 def _refuse_batched(env_id: str) -> None:
