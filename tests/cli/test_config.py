@@ -159,6 +159,15 @@ def test_algorithm_policy_settings_reach_the_model_or_are_refused() -> None:
     assert config({"policy.renorm_warmup_steps": 5}, algo="crossq").policy.to_policy_kwargs()["renorm_warmup_steps"] == 5
     with pytest.raises(CLIError, match="unknown key 'top_quantiles_to_drop_per_net'"):
         config({"top_quantiles_to_drop_per_net": 1}, algo="sac")
+    # another algorithm's policy option is named as its, and left out of this algorithm's valid keys
+    with pytest.raises(CLIError, match=r"policy.n_quantiles in .* is read by TQC only, not dqn: .* --algo tqc"):
+        config({"policy.n_quantiles": 5}, algo="dqn", goal_env=False)
+    with pytest.raises(CLIError, match=r"read by CrossQ only, not sac"):
+        config({"policy.renorm_warmup_steps": 5}, algo="sac")
+    from herl.run.config import valid_keys
+
+    assert "policy.n_quantiles" in valid_keys("tqc") and "policy.dueling" in valid_keys("dqn")
+    assert not {"policy.n_quantiles", "policy.dueling", "policy.renorm_warmup_steps"} & set(valid_keys("sac"))
 
 
 @pytest.mark.parametrize(("text", "match"), [

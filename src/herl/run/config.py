@@ -292,8 +292,14 @@ def algorithm_class(algo: str) -> type:
 def valid_keys(algo: str) -> list[str]:
     """Every key ``--set`` accepts for ``algo`` (``env.NAME`` stands for the env's arguments)."""
     keys = [*RUN_KEYS, "env.NAME", "her.enabled"]
-    keys += [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    own = algorithm_class(algo).policy_options  # the policy options of one algorithm (TQC's atoms) are its alone
+    keys += [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+             if not (section == "policy" and f.name in ALGORITHM_POLICY_OPTIONS and f.name not in own)]
     return keys + hyperparameter_names(algo)
+
+
+ALGORITHM_POLICY_OPTIONS = ("n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps")
+"""The ``policy.*`` keys that one algorithm reads (TQC, DQN, CrossQ): ``--set`` takes each for its algorithm only."""
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
@@ -336,6 +342,12 @@ def check_key(key: str, algo: str, source: str) -> None:
     keys = valid_keys(algo)
     if key in keys:
         return
+    if section == "policy" and name in ALGORITHM_POLICY_OPTIONS:
+        from herl.algorithms import ALGORITHMS
+
+        readers = [cls.__name__ for cls in ALGORITHMS.values() if name in cls.policy_options]
+        raise CLIError(f"{key} in {source} is read by {' and '.join(readers)} only, not {algo}: leave it out, or "
+                       f"train with --algo {' or --algo '.join(r.lower() for r in readers)}")
     close = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
     hint = f" (did you mean {' or '.join(close)}?)" if close else ""
     raise CLIError(f"unknown key {key!r} in {source}{hint}; valid keys for {algo}: {', '.join(keys)}")
