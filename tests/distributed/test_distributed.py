@@ -519,3 +519,15 @@ def test_a_sweep_of_a_batched_env_trains_batched_runs_and_its_best_settings_trai
         assert (run / "model.zip").exists() and (latest_checkpoint(run).path / "trainer.zip").exists()
     assert herl("train", "--config", sweep_dir / "best.toml", "--timesteps", "400", "--progress", "off",
                 "--run-dir", tmp_path / "best") == 0
+
+
+def test_workers_check_the_actors_env_against_the_model_before_ray_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from herl import DQN, HerReplayBuffer
+    from herl.distributed import workers
+    from herl.envs import BitFlippingEnv
+
+    model = DQN("MultiInputPolicy", BitFlippingEnv(n_bits=4), replay_buffer_class=HerReplayBuffer, learning_starts=10)
+    monkeypatch.setattr(workers, "ray_session", lambda *a, **k: pytest.fail("Ray was started"))
+    with pytest.raises(CLIError, match=r"the actors' env, herl/BitFlipping-v0 made with env_kwargs=\{\}, has other "
+                                       r"spaces than the model .* give learn the env_id and env_kwargs"):
+        workers.learn(model, 100, env_id="herl/BitFlipping-v0", workers=1)

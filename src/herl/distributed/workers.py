@@ -256,11 +256,30 @@ def learn(model: Any, total_timesteps: int, *, env_id: str, env_kwargs: dict[str
         raise ValueError(f"workers must be >= 1 here (0 is model.learn), got {workers}")
     if model.n_envs != 1:
         raise CLIError(f"with workers, each actor steps one env: set n_envs=1 (got {model.n_envs}) and raise workers")
+    _check_actors_env(model, env_id, dict(env_kwargs or {}))
     with ray_session(address, cpus, what="training with workers", workers=workers) as ray:
         return _learn(ray, model, total_timesteps, env_id=env_id, env_kwargs=dict(env_kwargs or {}), workers=workers,
                       broadcast_every=broadcast_every, callback=callback, log_interval=log_interval,
                       reset_num_timesteps=reset_num_timesteps, stats=stats if stats is not None else WorkerStats(),
                       eval_hook=eval_hook)
+
+
+def _check_actors_env(model: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """The env the actors will make (as they make it) has the model's spaces: a mismatch is said here, before Ray
+    starts, naming the settings, rather than as a shape error from the buffer's first episode."""
+    from herl.run.evaluate import check_spaces_fit
+    from herl.run.envs import make_env
+
+    env = make_env(env_id, env_kwargs, training=True)
+    try:
+        check_spaces_fit(model, env.observation_space, env.action_space, env_id, env_kwargs)
+    except CLIError:
+        raise CLIError(f"the actors' env, {env_id} made with env_kwargs={env_kwargs}, has other spaces than the model "
+                       f"(observation {env.observation_space} vs the model's {model.observation_space}; action "
+                       f"{env.action_space} vs {model.action_space}): give learn the env_id and env_kwargs the "
+                       "model's env was made with") from None
+    finally:
+        env.close()
 
 
 def _learn(ray: Any, model: Any, total_timesteps: int, *, env_id: str, env_kwargs: dict[str, Any], workers: int,
