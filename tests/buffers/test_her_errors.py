@@ -214,3 +214,17 @@ def test_one_env_may_leave_out_the_env_axis():
     o = {k: np.zeros(3, np.float32) for k in ("observation", "achieved_goal", "desired_goal")}
     buffer.add(o, o, np.zeros(3, np.float32), 0.0, True, [{}])
     assert len(buffer) == 1
+
+
+def test_a_compute_reward_the_user_gives_is_checked_at_construction_beside_an_env():
+    """An env's own goal functions may need a reset first, so their failed calls wait for first use; a function the
+    user passes is the user's to fix now, env or not (here: NumPy refuses `-` on booleans)."""
+    from herl.envs import PointReachEnv
+
+    env = PointReachEnv()
+    broken = lambda a, d, i: -(np.linalg.norm(a - d, axis=-1) > 0.05)  # noqa: E731
+    for kwargs in ({}, {"env": env}):
+        with pytest.raises(ValueError, match="compute_reward failed on a batch of 2 goals .*must be vectorized"):
+            HerReplayBuffer(100, env.observation_space, env.action_space, compute_reward=broken, **kwargs)
+    fixed = lambda a, d, i: -(np.linalg.norm(a - d, axis=-1) > 0.05).astype(np.float32)  # noqa: E731
+    HerReplayBuffer(100, env.observation_space, env.action_space, env=env, compute_reward=fixed)

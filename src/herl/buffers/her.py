@@ -314,14 +314,17 @@ class HerReplayBuffer(ReplayBuffer):
             return
         goal = self.observation_space["achieved_goal"]
         info = self._probe_info()
-        try:
-            probe_vectorized(self._compute_reward, goal.shape, goal.dtype, info, what="compute_reward")
-            if self._compute_terminated is not None:
-                probe_vectorized(self._compute_terminated, goal.shape, goal.dtype, info, what="compute_terminated")
-        except ValueError as err:
-            if at_construction and from_env and err.__cause__ is not None:  # the call failed: retry at first use
-                return
-            raise
+        functions = [(self._compute_reward, "compute_reward", self._user_compute_reward is None)]
+        if self._compute_terminated is not None:
+            functions.append((self._compute_terminated, "compute_terminated", self._user_compute_terminated is None))
+        for function, what, env_own in functions:
+            try:
+                probe_vectorized(function, goal.shape, goal.dtype, info, what=what)
+            except ValueError as err:
+                # an env's function whose call failed: retry at first use; a function the user gave is said now
+                if at_construction and env_own and self.env is not None and err.__cause__ is not None:
+                    return
+                raise
         self._probe_done = True
 
     def _probe_info(self) -> dict[str, np.ndarray]:
