@@ -100,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the evaluation episodes (default: 0)")
     evaluate.add_argument("--device", default="auto", help="torch device (default: auto)")
     evaluate.add_argument("--video", type=Path, metavar="OUT.mp4", help="also record episodes to a .mp4 or .gif")
-    evaluate.add_argument("--video-episodes", type=_positive_int, default=3, metavar="N",
-                          help="episodes in the video (default: 3)")
+    evaluate.add_argument("--video-episodes", type=_positive_int, default=None, metavar="N",
+                          help="episodes in the video (default: 3, or --episodes if fewer)")
     evaluate.set_defaults(func=_cmd_eval)
 
     plot = commands.add_parser("plot", help="learning curves of runs, mean and spread over seeds", allow_abbrev=False)
@@ -607,8 +607,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         results.append(evaluate(model, env_id, kwargs, episodes=args.episodes, deterministic=args.deterministic,
                                 seed=args.seed, name=item.name))
         if args.video is not None and not video_done:  # the first model's episodes
-            print(record_video(model, env_id, kwargs, args.video, episodes=args.video_episodes,
-                               deterministic=args.deterministic, seed=args.seed))
+            episodes = args.video_episodes or min(3, args.episodes)
+            print(record_video(model, env_id, kwargs, args.video, episodes=episodes, deterministic=args.deterministic,
+                               seed=args.seed))
             video_done = True
     rows = [[r.name, f"{r.steps:,}", r.episodes, _fmt(r.success_rate), _fmt_interval(r.success_interval),
              f"{r.mean_return:.2f} ± {r.std_return:.2f}", f"{r.mean_length:.1f}"] for r in results]

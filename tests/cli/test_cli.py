@@ -542,6 +542,8 @@ def test_eval_of_a_model_file_with_a_video(two_seeds: Path, tmp_path: Path, caps
                 "--video-episodes", "1") == 0
     assert video.stat().st_size > 0
     assert "video:" in capsys.readouterr().out
+    assert herl("eval", two_seeds / "seed_0", "--episodes", "2", "--video", tmp_path / "two.gif") == 0
+    assert "(2 episode(s)" in capsys.readouterr().out  # no more episodes than --episodes unless asked
 
 
 def test_eval_of_a_folder_leaves_out_a_run_with_no_model_yet(two_seeds: Path, tmp_path: Path,
