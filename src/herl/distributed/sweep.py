@@ -221,7 +221,7 @@ def run_trial(params: dict[str, Any], *, spec: SweepSpec, runs_dir: str) -> None
     seed = params.pop("seed", spec.seeds[0])
     run_dir = Path(runs_dir) / name
     from herl.batched.registry import is_batched_env
-    from herl.run.train import CONFIG_FILE
+    from herl.run.train import CONFIG_FILE, ReportEachEval
 
     if is_batched_env(spec.env):  # a batched env's runs have their own runner (herl.run.batched), same interface
         from herl.run.batched import resume_run, start_run
@@ -239,13 +239,13 @@ def run_trial(params: dict[str, Any], *, spec: SweepSpec, runs_dir: str) -> None
             reported.append(metrics)
             tune.report({**metrics, "resumed_from_step": resumed_from})
 
-        resume_run(run_dir, progress="off", on_eval=report)
+        resume_run(run_dir, progress="off", on_eval=ReportEachEval(report))
         ended = {} if reported else _last_evaluation(run_dir)
         if ended:  # it had finished (the sweep was stopped before it heard): report how it ended
             tune.report({**ended, "resumed_from_step": resumed_from})
     else:
         start_run(spec.trial_config(params, seed), run_dir, progress="off",
-                  on_eval=lambda metrics: tune.report({**metrics, "resumed_from_step": 0}))
+                  on_eval=ReportEachEval(lambda metrics: tune.report({**metrics, "resumed_from_step": 0})))
 
 
 def _last_evaluation(run_dir: Path) -> dict[str, float]:

@@ -45,6 +45,7 @@ from herl.run.runlog import RunLogger, open_run_logger
 from herl.run.train import (
     MIN_BUFFER,
     OnEval,
+    ReportEachEval,
     RunSummary,
     StopOnSignal,
     _chosen_buffer_size,
@@ -313,9 +314,10 @@ class _RunLoop:
         self.logger.record("eval/success_rate", success)
         self.logger.dump(step)
         self.history.append((step, success, mean_return))
-        if self.on_eval is not None:  # a sweep's trial, which may end at this report: its model is kept (train.py)
-            model.save(self.run_dir / MODEL_FILE)
-            share_like_new_files(self.run_dir / MODEL_FILE)
+        if self.on_eval is not None:
+            if isinstance(self.on_eval, ReportEachEval):  # a sweep's trial, which may end at this report
+                model.save(self.run_dir / MODEL_FILE)
+                share_like_new_files(self.run_dir / MODEL_FILE)
             self.on_eval({"time/total_timesteps": step, "eval/mean_reward": mean_return,
                           "eval/mean_ep_length": mean_length, "eval/success_rate": success})
         self.progress.set_success(success)

@@ -251,10 +251,9 @@ class RunCallback(BaseCallback):
         logger.dump(step)
         self.history.append((step, success, float(np.mean(rewards))))
         if self.on_eval is not None:
-            # a sweep's trial: its scheduler may end the process at this report, without a word; the model it judged
-            # is kept as the run's model file (the end of the run writes it again)
-            self.model.save(self.run_dir / MODEL_FILE)
-            share_like_new_files(self.run_dir / MODEL_FILE)
+            if isinstance(self.on_eval, ReportEachEval):
+                self.model.save(self.run_dir / MODEL_FILE)
+                share_like_new_files(self.run_dir / MODEL_FILE)
             metrics = {"time/total_timesteps": step, "eval/mean_reward": float(np.mean(rewards)),
                        "eval/mean_ep_length": float(np.mean(lengths))}
             self.on_eval(metrics if success is None else {**metrics, "eval/success_rate": success})
@@ -268,6 +267,19 @@ class RunCallback(BaseCallback):
 
 
 OnEval = Callable[[dict[str, float]], None]
+
+
+@dataclass(frozen=True)
+class ReportEachEval:
+    """The ``on_eval`` of a sweep's trial: before each evaluation's results go to ``report``, the model just evaluated
+    is written to the run's model file, since the sweep's scheduler may end the trial's process at any report without
+    a word (a trial stopped early then still has the model it was judged by; one that finishes writes its last model
+    as every run does). Other runs write their model file at their end only: one there means the run finished."""
+
+    report: OnEval
+
+    def __call__(self, metrics: dict[str, float]) -> None:
+        self.report(metrics)
 """Called with each evaluation's results (``eval/success_rate``, ``eval/mean_reward``, ``eval/mean_ep_length``,
 ``time/total_timesteps``): how a sweep's trial reports to Ray Tune."""
 
