@@ -267,6 +267,8 @@ class RunCallback(BaseCallback):
 
 
 OnEval = Callable[[dict[str, float]], None]
+"""Called with each evaluation's results (``eval/success_rate``, ``eval/mean_reward``, ``eval/mean_ep_length``,
+``time/total_timesteps``): how a sweep's trial reports to Ray Tune."""
 
 
 @dataclass(frozen=True)
@@ -280,8 +282,6 @@ class ReportEachEval:
 
     def __call__(self, metrics: dict[str, float]) -> None:
         self.report(metrics)
-"""Called with each evaluation's results (``eval/success_rate``, ``eval/mean_reward``, ``eval/mean_ep_length``,
-``time/total_timesteps``): how a sweep's trial reports to Ray Tune."""
 
 
 class Stopped(Exception):
