@@ -303,7 +303,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_crafted_sweep_folder_is_refused_before_anything_runs(seed_sweep: Path, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture) -> None:
+                                                                  capsys: pytest.CaptureFixture,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     marker = tmp_path / "unpickled"
     crafted = tmp_path / "crafted"
     crafted.mkdir()
@@ -311,11 +312,15 @@ def test_a_crafted_sweep_folder_is_refused_before_anything_runs(seed_sweep: Path
     (crafted / "sweep.json").write_text(json.dumps({**spec, "env": "evilmod:Evil-v0"}))
     _plant_pickles(crafted, marker)
     # the env's module would run its code when imported: refused without a terminal to ask, unless --env names it
+    imported = tmp_path / "evilmod_ran"
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "evilmod.py").write_text(f"open({str(imported)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "modules"))
     assert herl("sweep", "--resume", crafted) == 2
     err = _herl_stderr(capsys)
     assert len(err.splitlines()) == 1 and err.startswith("herl sweep: error: ")
     assert "imports the Python module 'evilmod'" in err and "--env evilmod:Evil-v0" in err
-    assert "evilmod" not in sys.modules
+    assert "evilmod" not in sys.modules and not imported.exists()
 
     # a record of trials naming folders outside runs/
     (crafted / "sweep.json").write_text(json.dumps(spec))
