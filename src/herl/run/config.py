@@ -298,8 +298,16 @@ def valid_keys(algo: str) -> list[str]:
     return keys + hyperparameter_names(algo)
 
 
-ALGORITHM_POLICY_OPTIONS = ("n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps")
-"""The ``policy.*`` keys that one algorithm reads (TQC, DQN, CrossQ): ``--set`` takes each for its algorithm only."""
+def _algorithm_policy_options() -> set[str]:
+    """The ``policy.*`` keys that one algorithm reads (TQC's, DQN's, CrossQ's ``policy_options``): ``--set`` takes
+    each for its algorithm only."""
+    from herl.algorithms import ALGORITHMS
+
+    fields = {f.name for f in dataclasses.fields(PolicySettings)}
+    return {name for cls in ALGORITHMS.values() for name in cls.policy_options} & fields
+
+
+ALGORITHM_POLICY_OPTIONS = _algorithm_policy_options()
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

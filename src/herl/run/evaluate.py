@@ -73,8 +73,7 @@ def find_models(target: Path, *, left_out: list[str] | None = None) -> list[Mode
     if not target.exists():
         raise CLIError(f"no such model file or run folder: {target}")
     models, empty = [], []
-    runs = find_seed_runs(target)
-    for run in runs:
+    for run in find_seed_runs(target):
         config = read_config(run)
         path = run / MODEL_FILE
         if not path.exists():
