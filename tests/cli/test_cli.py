@@ -649,6 +649,19 @@ def test_check_env(capsys: pytest.CaptureFixture[str]) -> None:
     assert "observation_space is Box, not gymnasium.spaces.Dict" in capsys.readouterr().out
 
 
+def test_a_module_env_class_that_is_not_registered_is_named_with_how_to_register_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "herl_test_own_env.py").write_text(
+        "from herl.envs import PointReachEnv\n\nclass OwnReach(PointReachEnv):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert herl("check-env", "herl_test_own_env:OwnReach") == 2
+    err = capsys.readouterr().err
+    assert "'herl_test_own_env' defines the env class OwnReach but registers no env id 'OwnReach'" in err
+    assert "gymnasium.register('OwnReach', entry_point=OwnReach, max_episode_steps=N)" in err
+    assert herl("check-env", "herl_test_own_env:Missing-v0") == 2  # no such class either: the general message
+    assert "unknown env id 'Missing-v0'" in capsys.readouterr().err
+
+
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("list") == 0
     out = capsys.readouterr().out

@@ -192,3 +192,33 @@ def test_a_dataset_write_that_fails_midway_leaves_no_dataset_and_no_temporary_fo
     save_minari(demos, out)
     assert load_minari(out).n_episodes == demos.n_episodes
     assert [p.name for p in out.iterdir()] == ["data"]
+
+
+class RegisteredByClass(PointReachEnv):
+    """A user's env registered with the class itself as its entry point, as the guide shows."""
+
+
+def test_an_env_registered_with_a_class_is_recorded_with_its_entry_point_by_name(tmp_path):
+    # Minari writes the env's spec as JSON, which a class entry point is not: herl record failed in gymnasium's to_json
+    import gymnasium as gym
+    from minari.dataset.minari_storage import MinariStorage
+
+    gym.register("herl-test/RegisteredByClass-v0", entry_point=RegisteredByClass, max_episode_steps=20)
+    try:
+        env = gym.make("herl-test/RegisteredByClass-v0")
+        generate_expert_traj(reach_expert, tmp_path / "by_class", env, n_episodes=2, seed=0)
+        spec = json.loads(MinariStorage.read(tmp_path / "by_class" / "data").metadata["env_spec"])
+        assert spec["entry_point"] == f"{__name__}:RegisteredByClass" and spec["max_episode_steps"] == 20
+        assert load_minari(tmp_path / "by_class").n_episodes == 2
+
+        class InAFunction(PointReachEnv):  # not importable by name: the spec is left out, with a warning
+            pass
+
+        gym.register("herl-test/InAFunction-v0", entry_point=InAFunction, max_episode_steps=20)
+        with pytest.warns(UserWarning, match="without its env's spec"):
+            generate_expert_traj(reach_expert, tmp_path / "local", gym.make("herl-test/InAFunction-v0"), n_episodes=2,
+                                 seed=0)
+        assert load_minari(tmp_path / "local").n_episodes == 2
+    finally:
+        for env_id in ("herl-test/RegisteredByClass-v0", "herl-test/InAFunction-v0"):
+            gym.envs.registry.pop(env_id, None)

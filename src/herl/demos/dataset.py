@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,14 +238,35 @@ def save_minari(demos: Demonstrations, path: str | os.PathLike, *, env_spec: Any
     ``demos.env_settings``, where known, goes into the metadata as ``herl_env``.
 
     The dataset is written into a temporary folder beside ``data`` and renamed to ``data`` once complete and on disk:
-    an error (a full disk) or a kill on the way leaves no half-written dataset that would load."""
+    an error (a full disk) or a kill on the way leaves no half-written dataset that would load.
+
+    Minari stores ``env_spec`` as JSON: an env registered with a class or function as its entry point is stored with
+    the entry point's ``module:name`` (what ``gymnasium.register`` also takes), and a spec that still cannot be
+    written as JSON (a callable among its settings) is left out, with a warning."""
     minari_storage = _import_minari()
+    env_spec = _jsonable_spec(env_spec)
     path = Path(path)
     data_path = check_dataset_target(path)
     data_path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_folder(data_path) as tmp:  # onto nothing, or onto an empty folder
         _write_minari(minari_storage, demos, tmp, path.name, env_spec, data_format, description)
     return path
+
+
+def _jsonable_spec(env_spec: Any) -> Any:
+    """``env_spec`` as Minari can store it (see :func:`save_minari`), or None."""
+    if env_spec is None:
+        return None
+    entry = env_spec.entry_point
+    if callable(entry) and "<locals>" not in getattr(entry, "__qualname__", "<locals>"):
+        env_spec = dataclasses.replace(env_spec, entry_point=f"{entry.__module__}:{entry.__qualname__}")
+    try:
+        env_spec.to_json()
+    except (TypeError, ValueError) as err:
+        warnings.warn(f"the dataset is written without its env's spec, which cannot be stored as JSON ({err}); "
+                      "herl does not need it, Minari's recover_environment() does", stacklevel=3)
+        return None
+    return env_spec
 
 
 def check_dataset_target(path: str | os.PathLike) -> Path:

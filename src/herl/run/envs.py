@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import io
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +98,8 @@ def resolve_env_id(env_id: str) -> str:
             importlib.import_module(module)
         except ImportError as err:
             raise CLIError(f"cannot import {module!r} for the env id {env_id!r} ({err}): is it on PYTHONPATH?") from err
+        if bare_id not in gym.envs.registry:
+            _refuse_unregistered_class(module, bare_id)
         resolve_env_id(bare_id)
         return env_id
     if env_id in gym.envs.registry:
@@ -121,6 +124,17 @@ def resolve_env_id(env_id: str) -> str:
     missing = [p for p in PROVIDERS if not _importable(p.module)]
     extras = "".join(f"\n  ({'/'.join(p.prefixes)} envs need pip install 'herl[{p.extra}]')" for p in missing)
     raise CLIError(f"unknown env id {env_id!r}{hint}\n  (`herl list` shows the envs with a preset){extras}")
+
+
+def _refuse_unregistered_class(module: str, name: str) -> None:
+    """``module:Name`` where ``module`` defines an env class ``Name`` but registers no id ``Name``: say how to
+    register it (gymnasium's ``module:EnvId`` names a registered id, not a class)."""
+    obj = getattr(sys.modules.get(module), name, None)
+    if isinstance(obj, type) and issubclass(obj, gym.Env):
+        raise CLIError(
+            f"{module!r} defines the env class {name} but registers no env id {name!r}: `--env module:EnvId` names "
+            f"an id that the module registers when imported\n  (add to {module}: gymnasium.register({name!r}, "
+            f"entry_point={name}, max_episode_steps=N), then use --env {module}:{name})")
 
 
 def _importable(module: str) -> bool:
