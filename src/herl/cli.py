@@ -717,6 +717,8 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
         env.reset(seed=0)
         env.action_space.seed(0)
         check_goal_env(env, n_steps=args.steps)
+        if limit is None:
+            _check_episodes_end(env)
 
     try:
         if not _reported_check(check):
@@ -727,9 +729,29 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     return 0
 
 
+ENDING_CHECK_STEPS = 10_000
+"""How many random steps ``herl check-env`` takes to see an episode end, in an env without a registered limit."""
+
+
+def _check_episodes_end(env: Any) -> None:
+    """A GoalEnvError unless an episode of ``env`` (which gymnasium sets no time limit) ends within
+    :data:`ENDING_CHECK_STEPS` random steps."""
+    from herl.envs import GoalEnvError
+    from herl.run.envs import TIME_LIMIT_FIX
+
+    env.reset(seed=0)
+    for _ in range(ENDING_CHECK_STEPS):
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            return
+    raise GoalEnvError(f"no episode ended within {ENDING_CHECK_STEPS:,} random steps, and gymnasium sets the env no "
+                       f"time limit: an episode that never ends holds herl's evaluations forever; {TIME_LIMIT_FIX}")
+
+
 def _reported_check(check: Any) -> bool:
-    """Run an env check: print ``FAIL: why`` and return False if it raises a GoalEnvError, else print the goal-env
-    warnings it gave and return True."""
+    """Run an env check: print ``FAIL: why`` and return False if it raises a GoalEnvError, or (after its traceback)
+    if the env's own code raises; else print the goal-env warnings it gave and return True."""
+    import traceback
     import warnings
 
     from herl.envs import GoalEnvError, GoalEnvWarning
@@ -740,6 +762,10 @@ def _reported_check(check: Any) -> bool:
             check()
     except GoalEnvError as err:
         print(f"FAIL: {err}")
+        return False
+    except Exception as err:  # the env's own code (its step, reset or compute_reward) failed
+        traceback.print_exc()
+        print(f"FAIL: the env raised {type(err).__name__}: {err} (traceback above)")
         return False
     for warning in caught:
         if issubclass(warning.category, GoalEnvWarning):

@@ -662,6 +662,47 @@ def test_a_module_env_class_that_is_not_registered_is_named_with_how_to_register
     assert "unknown env id 'Missing-v0'" in capsys.readouterr().err
 
 
+def test_an_env_whose_episodes_never_end_is_named_with_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # an episode that never ends held the run's first evaluation forever
+    from herl import TD3
+    from herl.envs import PointReachEnv
+    from herl.run import envs as run_envs
+
+    (tmp_path / "herl_test_endless.py").write_text(
+        "import gymnasium as gym\nfrom herl.envs import PointReachEnv\n\n"
+        "gym.register('EndlessReach-v0', entry_point=PointReachEnv, kwargs={'max_episode_steps': None})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env_id = "herl_test_endless:EndlessReach-v0"
+    assert herl("check-env", env_id) == 1
+    out = capsys.readouterr().out
+    assert "no episode ended within 10,000 random steps, and gymnasium sets the env no time limit" in out
+    assert "register it with max_episode_steps=N, or --set env.max_episode_steps=N" in out
+    assert herl("check-env", env_id, "--set", "env.max_episode_steps=20") == 0  # the fix it names
+    monkeypatch.setattr(run_envs, "ENDLESS_EPISODE_STEPS", 300)
+    assert herl("train", "--env", env_id, "--algo", "td3", "--timesteps", "200", "--run-dir", tmp_path / "run",
+                "--progress", "off", "--threads", "1") == 2
+    err = capsys.readouterr().err
+    assert f"an evaluation episode of {env_id} ran 300 steps without ending" in err and "env.max_episode_steps=N" in err
+    TD3("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(net_arch=[8]), seed=0).save(tmp_path / "m.zip")
+    assert herl("eval", tmp_path / "m.zip", "--env", env_id, "--episodes", "2") == 2
+    assert "ran 300 steps without ending" in capsys.readouterr().err
+    assert herl("eval", tmp_path / "m.zip", "--env", env_id, "--episodes", "2", "--set", "env.max_episode_steps=20") == 0
+
+
+def test_an_env_that_raises_in_check_env_fails_after_its_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "herl_test_raising.py").write_text(
+        "import gymnasium as gym\nfrom herl.envs import PointReachEnv\n\n"
+        "class Raising(PointReachEnv):\n    def step(self, action):\n        raise KeyError('velocity')\n\n"
+        "gym.register('Raising-v0', entry_point=Raising, max_episode_steps=20)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert herl("check-env", "herl_test_raising:Raising-v0") == 1
+    captured = capsys.readouterr()
+    assert "FAIL: the env raised KeyError: 'velocity' (traceback above)" in captured.out
+    assert "in step" in captured.err and "raise KeyError('velocity')" in captured.err
+
+
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("list") == 0
     out = capsys.readouterr().out

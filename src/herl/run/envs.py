@@ -19,7 +19,7 @@ import inspect
 import io
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +139,26 @@ def _refuse_unregistered_class(module: str, name: str) -> None:
 
 def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+ENDLESS_EPISODE_STEPS = 100_000
+"""How many steps one evaluation episode may run, in an env that gymnasium sets no time limit for, before the
+evaluation stops with an error: an episode that never ends would hold ``herl train`` or ``herl eval`` forever."""
+
+TIME_LIMIT_FIX = "give it a time limit: register it with max_episode_steps=N, or --set env.max_episode_steps=N"
+
+
+def endless_episode_guard(env: gym.Env, env_id: str) -> Callable[[dict[str, Any], dict[str, Any]], None] | None:
+    """For an env without a registered time limit, a callback for :func:`herl.training.evaluation.evaluate_policy`
+    that raises a ``CLIError`` once an episode has run :data:`ENDLESS_EPISODE_STEPS` steps; None for an env with one."""
+    if env.spec is not None and env.spec.max_episode_steps is not None:
+        return None
+
+    def guard(locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
+        if int(np.max(locals_["lengths"])) >= ENDLESS_EPISODE_STEPS:
+            raise CLIError(f"an evaluation episode of {env_id} ran {ENDLESS_EPISODE_STEPS:,} steps without ending, "
+                           f"and gymnasium sets the env no time limit: {TIME_LIMIT_FIX}")
+    return guard
 
 
 ACTION_REPEAT = "action_repeat"

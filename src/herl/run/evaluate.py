@@ -12,7 +12,7 @@ import numpy as np
 
 from herl.io.atomic import atomic_path, check_target
 from herl.run.checkpoint import MODEL_FILE, latest_checkpoint
-from herl.run.envs import make_env
+from herl.run.envs import endless_episode_guard, make_env
 from herl.run.errors import CLIError, MissingExtraError
 from herl.run.folders import CONFIG_FILE, find_seed_runs, read_config
 
@@ -108,7 +108,8 @@ def evaluate(model: Any, env_id: str, env_kwargs: dict[str, Any], *, episodes: i
     try:
         check_spaces_fit(model, env.observation_space, env.action_space, env_id, env_kwargs)
         rewards, lengths, successes = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=deterministic,
-                                                      return_episode_rewards=True, return_success_rate=True, seed=seed)
+                                                      return_episode_rewards=True, return_success_rate=True, seed=seed,
+                                                      callback=endless_episode_guard(env, env_id))
     finally:
         env.close()
     return EvalResult(name, model.num_timesteps, len(rewards), float(np.mean(successes)) if successes else None, float(np.mean(rewards)),

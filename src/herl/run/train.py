@@ -41,7 +41,7 @@ from herl.run.checkpoint import (
 )
 from herl.errors import NonFiniteError
 from herl.run.config import TrainConfig, algorithm_class
-from herl.run.envs import make_env, make_training_env
+from herl.run.envs import endless_episode_guard, make_env, make_training_env
 from herl.run.errors import CLIError, Interrupted, WorkersLost
 from herl.run.folders import CONFIG_FILE, SUMMARY_FILE, read_config, read_progress
 from herl.run.folders import find_seed_runs  # noqa: F401 (herl.run.train's name before run.folders held it)
@@ -240,7 +240,7 @@ class RunCallback(BaseCallback):
             rewards, lengths, successes = evaluate_policy(
                 self.model, self.eval_env, n_eval_episodes=self.config.eval.episodes,
                 deterministic=self.config.eval.deterministic, return_episode_rewards=True, return_success_rate=True,
-                seed=seed,
+                seed=seed, callback=endless_episode_guard(self.eval_env, self.config.env),
             )
         success = float(np.mean(successes)) if successes else None
         logger = self.run_logger
