@@ -418,6 +418,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
     preset = read_preset_file(args.config) if args.config else None
     env = args.env or (preset.env_id() if preset else None)
+    if env is not None and not args.env:
+        _confirm_env_module(env, args.config, run=False)  # a file names it (a sweep's best.toml)
     if env is None:
         raise CLIError("say which env to train on with --env ID (or continue a run with --resume RUN_DIR); "
                        "`herl list` shows the envs with a preset")
@@ -631,25 +633,27 @@ def _fmt_interval(interval: tuple[float, float] | None) -> str:
     return "-" if interval is None else f"{interval[0]:.2f}-{interval[1]:.2f}"
 
 
-def _confirm_env_module(env_id: str, source: Path) -> None:
-    """An env id ``module:Id`` read from a run's config.json imports ``module``, which runs its code: ask first (or,
-    without a terminal, refuse), unless the module is imported already or the user named the id with ``--env``.
-    ``herl eval`` and ``herl train --resume`` both ask here (issue 10)."""
+def _confirm_env_module(env_id: str, source: Path, *, run: bool = True) -> None:
+    """An env id ``module:Id`` read from a run's config.json (or, ``run=False``, from the file ``source``: a preset
+    file's only env) imports ``module``, which runs its code: ask first (or, without a terminal, refuse), unless the
+    module is imported already or the user named the id with ``--env``. ``herl eval``, ``herl train --resume`` and
+    ``--config`` without ``--env`` ask here."""
     import importlib.util
 
     module = env_id.rpartition(":")[0]
     if not module or module in sys.modules:
         return
+    named_by = f"{source}'s config" if run else str(source)
     try:
         where = importlib.util.find_spec(module.split(".")[0])
     except (ImportError, ValueError):
         where = None
     if where is None:  # nothing to trust yet: the module is not where Python looks
-        raise CLIError(f"{source}'s config names the env {env_id!r}, whose module {module!r} is not found from here: "
+        raise CLIError(f"{named_by} names the env {env_id!r}, whose module {module!r} is not found from here: "
                        f"add the folder that holds it to PYTHONPATH, then name the env with --env "
                        f"{shlex.quote(env_id)} (e.g. PYTHONPATH=DIR herl ... --env {shlex.quote(env_id)})")
     origin = getattr(where, "origin", None) or str(list(getattr(where, "submodule_search_locations", None) or []))
-    question = (f"{source}'s config names the env {env_id!r}: making it imports the Python module {module!r} "
+    question = (f"{named_by} names the env {env_id!r}: making it imports the Python module {module!r} "
                 f"({origin}), which runs its code.")
     if sys.stdin is not None and sys.stdin.isatty():
         answer = input(f"{question} Import it? [y/N] ").strip().lower()

@@ -342,6 +342,34 @@ def test_a_crafted_sweep_folder_is_refused_before_anything_runs(seed_sweep: Path
     assert not marker.exists()
 
 
+def test_a_best_toml_naming_a_module_env_asks_before_importing_it(seed_sweep: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # herl train --config FILE imported the module of the env FILE names, without asking as --resume does
+    import dataclasses
+    import shutil
+
+    from herl.distributed.sweep import SweepState, read_spec, summarize
+
+    imported = tmp_path / "ownmod_ran"
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "ownmod_herl_test.py").write_text(f"open({str(imported)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "modules"))
+    best = tmp_path / "best.toml"
+    best.write_text((seed_sweep / "best.toml").read_text().replace('"herl/BitFlipping-v0"',
+                                                                   '"ownmod_herl_test:BitFlipping-v0"'))
+    assert herl("train", "--config", best, "--timesteps", "100", "--progress", "off") == 2
+    err = _herl_stderr(capsys)
+    assert f"{best} names the env 'ownmod_herl_test:BitFlipping-v0': making it imports the Python module" in err
+    assert "--env ownmod_herl_test:BitFlipping-v0" in err and not imported.exists()
+    # the sweep's own hint for such an env names it, which answers the question
+    copy = tmp_path / "sweep"
+    shutil.copytree(seed_sweep, copy)
+    spec = dataclasses.replace(read_spec(copy), env="ownmod_herl_test:BitFlipping-v0")
+    notes = summarize(spec, copy, SweepState.read(spec, copy)).notes
+    assert f"best settings: herl train --config {copy / 'best.toml'} --env ownmod_herl_test:BitFlipping-v0" in notes
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # workers
 

@@ -517,7 +517,8 @@ def summarize(spec: SweepSpec, sweep_dir: Path, state: SweepState) -> SweepResul
         text = format_preset(description=f"best of sweep {sweep_dir.name}: {described}, final {spec.metric} "
                              f"{_short(best['final'])}", envs=[spec.env], algo=spec.algo, settings=settings)
         atomic_write_text(sweep_dir / "best.toml", text)
-        notes.append(f"best settings: herl train --config {sweep_dir / 'best.toml'}")
+        own_env = f" --env {shlex.quote(spec.env)}" if ":" in spec.env else ""  # --env confirms importing its module
+        notes.append(f"best settings: herl train --config {shlex.quote(str(sweep_dir / 'best.toml'))}{own_env}")
     if keys:  # a search: each trial its own curve (a folder of runs would be drawn as seeds of one setting)
         shown = [t for t in trials if t["final"] is not None][:4]
         if shown:
