@@ -146,7 +146,7 @@ class Collector:
                  seed: int) -> tuple[list[float], list[int], list[bool]]:
         """Play ``n_episodes`` evaluation episodes on an env of their own (the training env's episode is untouched);
         returns each episode's reward, length and success."""
-        from herl.run.envs import make_env
+        from herl.run.envs import endless_episode_guard, make_env
         from herl.training.evaluation import evaluate_policy
 
         self._load(weights, version)
@@ -154,7 +154,8 @@ class Collector:
             self.eval_env = make_env(self.env_id, self.env_kwargs)
         rewards, lengths, successes = evaluate_policy(
             self.model, self.eval_env, n_eval_episodes=n_episodes, deterministic=deterministic,
-            return_episode_rewards=True, return_success_rate=True, seed=seed)
+            return_episode_rewards=True, return_success_rate=True, seed=seed,
+            callback=endless_episode_guard(self.eval_env, self.env_id))
         return [float(r) for r in rewards], [int(n) for n in lengths], [bool(x) for x in successes]
 
     def _load(self, weights: dict[str, dict[str, np.ndarray]], version: int) -> None:
