@@ -214,9 +214,25 @@ def _add_ray_flags(parser: argparse.ArgumentParser) -> None:
                         help="CPUs of the local Ray herl starts (default: all of this machine's)")
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, but arguments a command does not take are refused by that command's parser (its
+    usage, not herl's), with the closest flag it has: ``herl train --seeds 2`` (a ``herl sweep`` flag) names
+    ``--seed``."""
+    from herl.errors import did_you_mean
+
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    commands = next((action.choices for action in parser._actions if isinstance(action, argparse._SubParsersAction)), {})
+    command = commands.get(args.command, parser)
+    flags = [flag for action in command._actions for flag in action.option_strings if flag.startswith("--")]
+    unknown = [text.partition("=")[0] for text in extra if text.startswith("--")]
+    command.error(f"unrecognized arguments: {' '.join(extra)}{did_you_mean(unknown, flags)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

@@ -703,6 +703,22 @@ def test_an_env_that_raises_in_check_env_fails_after_its_traceback(
     assert "in step" in captured.err and "raise KeyError('velocity')" in captured.err
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["train", "--env", "herl/BitFlipping-v0", "--seeds", "2"],
+     "herl train: error: unrecognized arguments: --seeds 2 (did you mean '--seed'?)"),  # herl sweep's flag
+    (["eval", "runs", "--episodez=3"], "herl eval: error: unrecognized arguments: --episodez=3 (did you mean '--episodes'?)"),
+    (["list", "extra"], "herl list: error: unrecognized arguments: extra"),
+])
+def test_a_flag_a_command_does_not_take_is_named_by_that_command_with_the_closest(
+        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        herl(*args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == message
+    assert err.startswith(f"usage: herl {args[0]} ")  # the command's usage, not herl's
+
+
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("list") == 0
     out = capsys.readouterr().out
