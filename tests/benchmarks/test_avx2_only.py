@@ -13,16 +13,21 @@ import pytest
 
 WRAPPER = Path(__file__).resolve().parents[2] / "benchmarks" / "avx2_only.sh"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="a Linux wrapper")
+
+traps_cpuid = pytest.mark.skipif(
     sys.platform != "linux" or shutil.which("gcc") is None or "cpuid_fault" not in Path("/proc/cpuinfo").read_text(),
     reason="needs Linux on a CPU with CPUID faulting, and gcc",
 )
 
 PROBE = """
-import torch
+import numpy, torch
+from torch._inductor.cpu_vec_isa import pick_vec_isa
+from herl.nn.gemm import cpu_backend
 from herl.nn.mlp import has_fast_bfloat16, resolve_precision
 print(torch.backends.cpu.get_cpu_capability(), has_fast_bfloat16(torch.device("cpu")),
-      resolve_precision("auto", torch.device("cpu")))
+      resolve_precision("auto", torch.device("cpu")), cpu_backend(), pick_vec_isa().bit_width(),
+      any(numpy._core._multiarray_umath.__cpu_features__.get(name, False) for name in ("X86_V4", "AVX512_ICL")))
 """
 
 FAULTS = r"""
@@ -47,12 +52,21 @@ def run(*command: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(WRAPPER), *command], capture_output=True, text=True, env=env, timeout=300)
 
 
+@traps_cpuid
 def test_torch_and_herl_see_an_avx2_cpu(tmp_path):
     done = run(sys.executable, "-c", PROBE, tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["AVX2", "False", "float32"]
+    assert done.stdout.split()[:3] == ["AVX2", "False", "float32"]
 
 
+def test_the_libraries_own_switches_hold_them_to_avx2(tmp_path):
+    """--switches, for CPUs that cannot trap CPUID: PyTorch, inductor, herl's choices and NumPy as on an AVX2 CPU."""
+    done = run("--switches", sys.executable, "-c", PROBE, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["AVX2", "False", "float32", "aten", "256", "False"]
+
+
+@traps_cpuid
 def test_a_fault_reaches_the_programs_handler_or_ends_the_process(tmp_path):
     source = tmp_path / "faults.c"
     source.write_text(FAULTS)

@@ -118,6 +118,20 @@ def test_fast_bfloat16_check_answers_for_each_device_kind():
     assert mlp_module.resolve_precision("bfloat16", torch.device("meta")) == "bfloat16"  # only "auto" is resolved
 
 
+@pytest.mark.parametrize(
+    ("variable", "cap", "capped"),
+    [("ONEDNN_MAX_CPU_ISA", "AVX2", True), ("DNNL_MAX_CPU_ISA", "avx512_core", True),
+     ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", False), ("ONEDNN_MAX_CPU_ISA", "ALL", False)],
+)
+def test_onednn_held_below_bfloat16_means_no_fast_bfloat16(monkeypatch, variable, cap, capped):
+    """oneDNN runs the CPU's bfloat16 products: capped below AVX512-BF16 it emulates them, so "auto" is float32."""
+    uncapped = mlp_module.has_fast_bfloat16(torch.device("cpu"))
+    monkeypatch.setenv(variable, cap)
+    assert mlp_module.has_fast_bfloat16(torch.device("cpu")) is (uncapped and not capped)
+    if capped:
+        assert mlp_module.resolve_precision("auto", torch.device("cpu")) == "float32"
+
+
 @pytest.mark.parametrize("algo, fast, says", [
     ("sac", True, "chose bfloat16 (this machine multiplies in it natively)"),
     ("sac", False, "chose float32: no native bfloat16 matmuls here"),

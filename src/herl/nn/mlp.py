@@ -21,6 +21,7 @@ herl's recipe they did not speed learning up (docs/benchmarks.md, FetchPush sect
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import torch
@@ -207,11 +208,25 @@ class EnsembleMLP(ReadsFeatures, nn.Module):
             self.norm_biases[i][member, 0] = norm.bias
 
 
+_ONEDNN_ISAS_WITHOUT_BFLOAT16 = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
+
+
+def _onednn_capped_below_bfloat16() -> bool:
+    """Whether the process caps oneDNN, which runs PyTorch's bfloat16 products on the CPU, below the instructions
+    that make them fast (``ONEDNN_MAX_CPU_ISA=AVX2``, say): there bfloat16 is emulated whatever the chip has."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    return cap.strip().upper() in _ONEDNN_ISAS_WITHOUT_BFLOAT16
+
+
 def has_fast_bfloat16(device: torch.device) -> bool:
     """Whether ``device`` multiplies bfloat16 matrices in hardware: a CPU with AVX512-BF16 or AMX, a CUDA GPU of
     compute capability 8.0 (Ampere) or later. Elsewhere bfloat16 is emulated and gains nothing over float32."""
     device = torch.device(device)
     if device.type == "cpu":
+        if _onednn_capped_below_bfloat16():
+            return False
         # torch.cpu's checks are private API (torch 2.1+): absent ones count as no
         checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
         try:
