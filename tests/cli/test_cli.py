@@ -688,6 +688,13 @@ def test_an_env_whose_episodes_never_end_is_named_with_the_fix(
     assert herl("eval", tmp_path / "m.zip", "--env", env_id, "--episodes", "2") == 2
     assert "ran 300 steps without ending" in capsys.readouterr().err
     assert herl("eval", tmp_path / "m.zip", "--env", env_id, "--episodes", "2", "--set", "env.max_episode_steps=20") == 0
+    pytest.importorskip("minari")
+    assert herl("record", "--env", env_id, "--policy", tmp_path / "m.zip", "--episodes", "2", "-o",
+                tmp_path / "demos") == 2
+    assert f"a recorded episode of {env_id} ran 300 steps without ending" in capsys.readouterr().err
+    assert not (tmp_path / "demos").exists()
+    assert herl("record", "--env", env_id, "--policy", tmp_path / "m.zip", "--episodes", "2", "-o",
+                tmp_path / "demos", "--set", "env.max_episode_steps=20") == 0
 
 
 def test_an_env_that_raises_in_check_env_fails_after_its_traceback(

@@ -25,7 +25,7 @@ def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, 
     start distributions. ``settings_from`` says where ``env_kwargs`` came from, for the line."""
     from herl.demos import DatasetError, generate_expert_traj, scripted_expert
     from herl.demos.dataset import check_dataset_target
-    from herl.run.envs import make_env
+    from herl.run.envs import make_env, stop_endless_episodes
 
     if importlib.util.find_spec("minari") is None:
         raise MissingExtraError("writing demonstrations", "minari", "demos")
@@ -43,7 +43,7 @@ def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, 
         if len(models) != 1:
             raise CLIError(f"{policy} holds {len(models)} models: pass one of them (a model file or one seed's folder)")
         expert = load_model(models[0].path, device)
-    env = make_env(env_id, env_kwargs)
+    env = stop_endless_episodes(make_env(env_id, env_kwargs), env_id, "a recorded episode")
     try:
         if policy != "scripted" and (expert.observation_space != env.observation_space
                                      or expert.action_space != env.action_space):

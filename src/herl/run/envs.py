@@ -161,6 +161,38 @@ def endless_episode_guard(env: gym.Env, env_id: str) -> Callable[[dict[str, Any]
     return guard
 
 
+class _EndlessEpisodeStop(gym.Wrapper):
+    """Stops with a ``CLIError`` once one episode has run :data:`ENDLESS_EPISODE_STEPS` steps."""
+
+    def __init__(self, env: gym.Env, env_id: str, what: str) -> None:
+        super().__init__(env)
+        self._env_id, self._what, self._steps = env_id, what, 0
+
+    @property
+    def spec(self) -> Any:  # the env's own: a dataset stores it, and this stop is no part of the env
+        return self.env.spec
+
+    def reset(self, **kwargs: Any) -> Any:
+        self._steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        if self._steps >= ENDLESS_EPISODE_STEPS:
+            raise CLIError(f"{self._what} of {self._env_id} ran {ENDLESS_EPISODE_STEPS:,} steps without ending, and "
+                           f"gymnasium sets the env no time limit: {TIME_LIMIT_FIX}")
+        self._steps += 1
+        return self.env.step(action)
+
+
+def stop_endless_episodes(env: gym.Env, env_id: str, what: str) -> gym.Env:
+    """``env`` for a command that plays whole episodes (``herl record``): for an env without a registered time limit,
+    wrapped to stop with :data:`TIME_LIMIT_FIX` once an episode (``what``: "a recorded episode") has run
+    :data:`ENDLESS_EPISODE_STEPS` steps; an env with one as it is."""
+    if env.spec is not None and env.spec.max_episode_steps is not None:
+        return env
+    return _EndlessEpisodeStop(env, env_id, what)
+
+
 ACTION_REPEAT = "action_repeat"
 """``env.action_repeat=k``: not an argument of the env (unless its constructor takes one) but herl's
 :class:`~herl.envs.ActionRepeat` around it, in every env a run makes (training, evaluation, ``herl eval``, workers)."""
