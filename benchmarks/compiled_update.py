@@ -6,7 +6,10 @@ see the same machine. Times are process time per update (CPU) or wall time with 
 ``--rounds`` rounds of ``--updates`` updates, after ``--warmup`` updates that include compiling.
 
     python benchmarks/compiled_update.py [--algo tqc] [--net 256 256] [--batch 256] [--precision float32 bfloat16]
-        [--device cpu|cuda] [--updates 200] [--rounds 5]
+        [--device cpu|cuda] [--updates 200] [--rounds 5] [--tf32]
+
+``--tf32`` lets CUDA multiply float32 matrices in TF32 on the tensor cores (``torch.backends.cuda.matmul.allow_tf32``,
+what JAX does by default on those GPUs; herl leaves it off): whether the update's float32 products bound its time there.
 
 ``compile=True`` compiles the whole step as one function (``herl.training.fused_step``; on CUDA in CUDA graphs). The
 table ends with the compiled model's largest weight difference to the eager one after all its updates (the same batches
@@ -65,15 +68,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tf32", action="store_true", help="CUDA's float32 products in TF32 (tensor cores)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     box = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
     obs_space = gym.spaces.Dict({"observation": gym.spaces.Box(-np.inf, np.inf, (25,), np.float32),
                                  "achieved_goal": box, "desired_goal": box})
     cls = ALGOS[args.algo]
     action_space = gym.spaces.Discrete(4) if cls is DQN else gym.spaces.Box(-1, 1, (4,), np.float32)
-    print(f"{cls.__name__}, net {args.net}, batch {args.batch}, {args.threads} thread(s), {device}, torch {torch.__version__}")
+    print(f"{cls.__name__}, net {args.net}, batch {args.batch}, {args.threads} thread(s), {device}, torch {torch.__version__}"
+          + (", float32 products in TF32" if args.tf32 and device.type == "cuda" else ""))
     print("| precision | eager ms/update | compiled ms/update | compiled/eager | compile s "
           "| largest weight difference |")
     print("|---|---|---|---|---|---|")
