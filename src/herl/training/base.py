@@ -955,7 +955,7 @@ class OffPolicyAlgorithm:
     def set_parameters(self, load_path_or_dict: str | os.PathLike | Mapping[str, Any], exact_match: bool = True,
                        device: torch.device | str = "auto") -> None:
         """Load parameters from :meth:`get_parameters`' dict or from a saved model file."""
-        from herl.io.model import read_model
+        from herl.io.model import fit_param_groups, read_model
 
         if isinstance(load_path_or_dict, Mapping):
             params = load_path_or_dict
@@ -971,8 +971,12 @@ class OffPolicyAlgorithm:
                 opt_name = name[: -len(".optimizer")]
                 if opt_name not in self.optimizers:
                     raise ValueError(f"unknown optimizer {opt_name!r} in the parameters: this model has {sorted(self.optimizers)}")
-                self.optimizers[opt_name].load_state_dict(state)
-                _shape_optimizer_state(self.optimizers[opt_name])
+                optimizer = self.optimizers[opt_name]
+                if isinstance(state, Mapping) and "param_groups" in state:  # this torch's and device's own way to step
+                    state = {**state, "param_groups": fit_param_groups(state["param_groups"],
+                                                                       optimizer.state_dict()["param_groups"])}
+                optimizer.load_state_dict(state)
+                _shape_optimizer_state(optimizer)
             elif name in self.nets:
                 self.nets[name].load_state_dict(state, strict=exact_match)
             else:

@@ -45,8 +45,11 @@ def compile_update(fn: Any, *, cuda: bool) -> Any:
     (static shapes: a new size or stride compiles a new graph)."""
     config = torch._dynamo.config
     room = GRAPHS_PER_MODEL * next(_models)
-    config.recompile_limit = max(config.recompile_limit, room)
-    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, room)
+    for names in (("recompile_limit", "cache_size_limit"),
+                  ("accumulated_recompile_limit", "accumulated_cache_size_limit")):  # torch < 2.7 names them so
+        name = next((n for n in names if hasattr(config, n)), None)
+        if name is not None:
+            setattr(config, name, max(getattr(config, name), room))
     if cuda:
         return torch.compile(fn, mode="reduce-overhead", dynamic=False)
     return torch.compile(fn, dynamic=False, options={"size_asserts": False})
@@ -54,7 +57,10 @@ def compile_update(fn: Any, *, cuda: bool) -> Any:
 
 def first_call(compiled: Any, *args: Any) -> Any:
     """A compiled update's first call, which compiles it: where Dynamo's limit is reached it raises (the caller warns
-    and trains eagerly) rather than run the function uncompiled in silence."""
+    and trains eagerly) rather than run the function uncompiled in silence (torch 2.6 and later; before, Dynamo has
+    no such switch)."""
+    if not hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+        return compiled(*args)
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         return compiled(*args)
 

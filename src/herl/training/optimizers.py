@@ -69,7 +69,13 @@ def build_optimizer(name: str | None, kwargs: Mapping[str, Any], params: Any, lr
         options.setdefault("betas", betas)
     if cls in FUSED and "fused" not in options and "foreach" not in options:
         try:
-            return cls(params, lr=lr, fused=True, **options)
+            return cls(_fresh_groups(params), lr=lr, fused=True, **options)
         except RuntimeError:  # a device without the fused kernel (or torch < 2.4 on CPU)
             pass
-    return cls(params, lr=lr, **options)
+    return cls(_fresh_groups(params), lr=lr, **options)
+
+
+def _fresh_groups(params: list[Any]) -> list[Any]:
+    """``params`` with each parameter group (a dict) copied: an optimizer writes its defaults into the groups it is
+    given, so a try that failed would leave ``fused=True`` in them for the next."""
+    return [dict(group) if isinstance(group, Mapping) else group for group in params]
