@@ -15,6 +15,7 @@ not numbers is a :class:`DatasetError` naming the file, the episode, the field a
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import warnings
@@ -286,9 +287,12 @@ def check_dataset_target(path: str | os.PathLike) -> Path:
 
 def _write_minari(minari_storage: Any, demos: Demonstrations, data_path: Path, name: str, env_spec: Any,
                   data_format: str, description: str | None) -> None:
+    # images stored as recorded: Minari 0.5.4 encodes them as JPEG (lossy) unless told not to; before, it never did
+    lossless = ({"jpeg_encoding": False}
+                if "jpeg_encoding" in inspect.signature(minari_storage.MinariStorage.new).parameters else {})
     storage = minari_storage.MinariStorage.new(data_path, observation_space=demos.observation_space,
                                                action_space=demos.action_space, env_spec=env_spec,
-                                               data_format=data_format, jpeg_encoding=False)
+                                               data_format=data_format, **lossless)
     from minari import __version__ as minari_version
     from minari.data_collector import EpisodeBuffer
 
