@@ -135,7 +135,7 @@ class PointReachEnv(gymnasium.Env):
         self.current_step += 1
 
         # The same function as compute_reward, so that relabeled rewards match the ones seen in rollouts exactly.
-        success = bool(_goal_distance(self.position, self.goal) <= _float32(self.distance_threshold))
+        success = bool(_goal_distance(self.position, self.goal) <= np.float32(self.distance_threshold))
         truncated = self.max_episode_steps is not None and self.current_step >= self.max_episode_steps
         if self.render_mode == "human":
             self.render()
@@ -148,7 +148,7 @@ class PointReachEnv(gymnasium.Env):
         Vectorized: goals of shape ``(dim,)`` give a reward of shape ``()``, a batch ``(B, dim)`` gives ``(B,)``.
         ``info`` is unused. Returns ``float32``.
         """
-        success = _goal_distance(achieved_goal, desired_goal) <= _float32(self.distance_threshold)
+        success = _goal_distance(achieved_goal, desired_goal) <= np.float32(self.distance_threshold)
         return success.astype(np.float32) - np.float32(1.0)
 
     def compute_terminated(self, achieved_goal: Any, desired_goal: Any, info: Any) -> np.ndarray:
@@ -176,13 +176,9 @@ class PointReachEnv(gymnasium.Env):
         return image
 
 
-def _float32(threshold: float) -> np.float32:
-    """The threshold as the float32 the distances are: NumPy 1 compared a float32 array with a Python float in float32
-    but a float32 scalar in float64, so one goal and a batch of it could get different rewards on the boundary."""
-    return np.float32(threshold)
-
-
 def _goal_distance(achieved_goal: Any, desired_goal: Any) -> np.ndarray:
-    """Euclidean distance over the last axis; step() and compute_reward() share it so they agree to the bit."""
+    """Euclidean distance over the last axis; step() and compute_reward() share it so they agree to the bit, and both
+    compare it with the threshold as a float32 (NumPy 1 compared a float32 array with a Python float in float32 but a
+    float32 scalar in float64, so one goal and a batch of it got different rewards on the boundary)."""
     difference = np.subtract(achieved_goal, desired_goal, dtype=np.float32)
     return np.sqrt((difference * difference).sum(axis=-1))

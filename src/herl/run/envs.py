@@ -148,16 +148,24 @@ evaluation stops with an error: an episode that never ends would hold ``herl tra
 TIME_LIMIT_FIX = "give it a time limit: register it with max_episode_steps=N, or --set env.max_episode_steps=N"
 
 
+def _has_time_limit(env: gym.Env) -> bool:
+    return env.spec is not None and env.spec.max_episode_steps is not None
+
+
+def _endless(what: str, env_id: str) -> CLIError:
+    return CLIError(f"{what} of {env_id} ran {ENDLESS_EPISODE_STEPS:,} steps without ending, and gymnasium sets the "
+                    f"env no time limit: {TIME_LIMIT_FIX}")
+
+
 def endless_episode_guard(env: gym.Env, env_id: str) -> Callable[[dict[str, Any], dict[str, Any]], None] | None:
     """For an env without a registered time limit, a callback for :func:`herl.training.evaluation.evaluate_policy`
     that raises a ``CLIError`` once an episode has run :data:`ENDLESS_EPISODE_STEPS` steps; None for an env with one."""
-    if env.spec is not None and env.spec.max_episode_steps is not None:
+    if _has_time_limit(env):
         return None
 
     def guard(locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
         if int(np.max(locals_["lengths"])) >= ENDLESS_EPISODE_STEPS:
-            raise CLIError(f"an evaluation episode of {env_id} ran {ENDLESS_EPISODE_STEPS:,} steps without ending, "
-                           f"and gymnasium sets the env no time limit: {TIME_LIMIT_FIX}")
+            raise _endless("an evaluation episode", env_id)
     return guard
 
 
@@ -178,8 +186,7 @@ class _EndlessEpisodeStop(gym.Wrapper):
 
     def step(self, action: Any) -> Any:
         if self._steps >= ENDLESS_EPISODE_STEPS:
-            raise CLIError(f"{self._what} of {self._env_id} ran {ENDLESS_EPISODE_STEPS:,} steps without ending, and "
-                           f"gymnasium sets the env no time limit: {TIME_LIMIT_FIX}")
+            raise _endless(self._what, self._env_id)
         self._steps += 1
         return self.env.step(action)
 
@@ -188,9 +195,7 @@ def stop_endless_episodes(env: gym.Env, env_id: str, what: str) -> gym.Env:
     """``env`` for a command that plays whole episodes (``herl record``): for an env without a registered time limit,
     wrapped to stop with :data:`TIME_LIMIT_FIX` once an episode (``what``: "a recorded episode") has run
     :data:`ENDLESS_EPISODE_STEPS` steps; an env with one as it is."""
-    if env.spec is not None and env.spec.max_episode_steps is not None:
-        return env
-    return _EndlessEpisodeStop(env, env_id, what)
+    return env if _has_time_limit(env) else _EndlessEpisodeStop(env, env_id, what)
 
 
 ACTION_REPEAT = "action_repeat"
