@@ -209,3 +209,48 @@ def test_the_demonstrations_presets_are_chosen_by_name_only_and_record_the_scrip
     assert c.demos is not None and c.demos.path == "scripted" and c.hyperparameters["bc_loss_weight"] == 1.0
     assert c.policy.net_arch == (256, 256, 256) and c.env_kwargs == {} and c.timesteps == 100_000
     assert c.her.desired_goal_share == 0.0
+
+
+def test_net_arch_takes_a_table_of_the_actors_and_the_critics_layers() -> None:
+    """``--set 'policy.net_arch={pi=[...],qf=[...]}'`` and ``net_arch = {pi = [...], qf = [...]}`` in a preset: the
+    Python API's ``dict(pi=..., qf=...)``; a part left out keeps the algorithm's default."""
+    from herl import TQC
+    from herl.run.presets import format_preset
+
+    c = config(parse_assignment_dict("policy.net_arch={pi=[32,32],qf=[64,64,64]}"), algo="tqc")
+    assert c.policy.net_arch == {"pi": (32, 32), "qf": (64, 64, 64)}
+    assert c.policy.to_policy_kwargs()["net_arch"] == {"pi": [32, 32], "qf": [64, 64, 64]}
+    assert TrainConfig.from_json(c.to_json()) == c
+    model = TQC("MultiInputPolicy", None, observation_space=_goal_space(), action_space=_box(2),
+                policy_kwargs=c.policy.to_policy_kwargs())
+    assert model.policy_config.actor_arch == (32, 32) and model.policy_config.critic_arch == (64, 64, 64)
+    partial = config({"policy.net_arch": {"qf": [16]}}, algo="crossq").policy.to_policy_kwargs()
+    from herl import CrossQ
+    assert CrossQ("MultiInputPolicy", None, observation_space=_goal_space(), action_space=_box(2),
+                  policy_kwargs=partial).policy_config.actor_arch == (256, 256)  # CrossQ's default actor
+    text = format_preset(description="d", envs=["X-v0"], algo="tqc", settings={"policy.net_arch": c.policy.net_arch})
+    preset = parse_preset("mine", text)
+    assert build_config(algo="tqc", env="X-v0", seed=0, goal_env=True, preset="mine",
+                        layers=preset.layers("tqc")).policy == c.policy
+    with pytest.raises(CLIError, match=r"parts \['vf'\]: a table of net_arch takes pi .* and qf"):
+        config({"policy.net_arch": {"pi": [8], "vf": [8]}})
+    with pytest.raises(CLIError, match=r"policy.net_arch.qf=\[0\] is not allowed"):
+        config({"policy.net_arch": {"qf": [0]}})
+
+
+def parse_assignment_dict(text: str) -> dict:
+    key, value = parse_assignment(text)
+    return {key: value}
+
+
+def _box(n: int):
+    import gymnasium as gym
+    import numpy as np
+
+    return gym.spaces.Box(-1, 1, (n,), np.float32)
+
+
+def _goal_space():
+    import gymnasium as gym
+
+    return gym.spaces.Dict({"observation": _box(5), "achieved_goal": _box(2), "desired_goal": _box(2)})

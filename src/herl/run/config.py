@@ -66,8 +66,9 @@ class HerSettings:
 class PolicySettings:
     """The networks' shape (SB3's ``policy_kwargs``)."""
 
-    net_arch: tuple[int, ...] | None = None
-    """Hidden layers of actor and critics; None: the algorithm's default."""
+    net_arch: tuple[int, ...] | Mapping[str, tuple[int, ...]] | None = None
+    """Hidden layers of actor and critics, or of each: {pi = [...], qf = [...]} (a part left out keeps the algorithm's
+    default); None: the algorithm's default."""
     activation_fn: str = "relu"
     """Activation between layers."""
     precision: str = "float32"
@@ -97,7 +98,9 @@ class PolicySettings:
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"activation_fn": self.activation_fn, "precision": self.precision}
-        if self.net_arch is not None:
+        if isinstance(self.net_arch, Mapping):
+            kwargs["net_arch"] = {part: list(sizes) for part, sizes in self.net_arch.items()}
+        elif self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
         for name in ("layer_norm", "n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps",
                      "features_extractor_kwargs", "share_features_extractor", "normalize_images"):
@@ -243,7 +246,9 @@ class TrainConfig:
         demos = data.pop("demos", None)
         batched = data.pop("batched", None)
         policy = dict(data.pop("policy", {}))
-        if policy.get("net_arch") is not None:
+        if isinstance(policy.get("net_arch"), Mapping):
+            policy["net_arch"] = {part: tuple(sizes) for part, sizes in policy["net_arch"].items()}
+        elif policy.get("net_arch") is not None:
             policy["net_arch"] = tuple(policy["net_arch"])
         return cls(
             her=None if her is None else HerSettings(**her),
@@ -521,8 +526,16 @@ def _section(cls: type, values: dict[str, Any], name: str) -> Any:
     if coerced.get("net_arch") is not None:
         from herl.training.config import _arch
 
+        arch = coerced["net_arch"]
         try:
-            coerced["net_arch"] = _arch(coerced["net_arch"], "policy.net_arch")
+            if isinstance(arch, Mapping):
+                unknown = sorted(set(arch) - {"pi", "qf"})
+                if unknown:
+                    raise CLIError(f"{name}.net_arch has parts {unknown}: a table of net_arch takes pi (the actor's "
+                                   "hidden layers) and qf (each critic's), e.g. {pi = [256, 256], qf = [512, 512]}")
+                coerced["net_arch"] = {part: _arch(sizes, f"{name}.net_arch.{part}") for part, sizes in arch.items()}
+            else:
+                coerced["net_arch"] = _arch(arch, f"{name}.net_arch")
         except ValueError as err:
             raise CLIError(str(err)) from None
     return cls(**coerced)

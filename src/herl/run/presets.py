@@ -13,6 +13,8 @@ import difflib
 import fnmatch
 import json
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -150,8 +152,12 @@ def format_preset(*, description: str, envs: list[str], algo: str, settings: dic
     return "\n".join(lines) + "\n"
 
 
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
 def _toml(value: Any) -> str:
-    """A TOML value for the settings' types: booleans, numbers, strings and lists of them."""
+    """A TOML value for the settings' types: booleans, numbers, strings, and lists and tables of them."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -162,4 +168,6 @@ def _toml(value: Any) -> str:
         return json.dumps(value)  # a JSON string is a TOML basic string
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, Mapping):  # an inline table: policy.net_arch = {pi = [...], qf = [...]}
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml(v)}" for k, v in value.items()) + "}"
     raise CLIError(f"a preset file cannot hold {value!r} ({type(value).__name__})")
