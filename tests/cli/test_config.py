@@ -110,7 +110,10 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
     # benchmarks.md §11-18's recipe (Push; PickAndPlace since §18, Slide since §22): action repeat, time feature, ...
     wide = algo == "tqc"
     assert model.config.clip_target is True
-    assert model.policy_config.critic_arch == ((512, 512, 512) if wide else (256, 256))
+    # two hidden layers of 512 for Push since the float32 runs (research/fetch.md, "Two hidden layers")
+    assert model.policy_config.critic_arch == (((512, 512) if name == "fetch_push" else (512, 512, 512)) if wide
+                                               else (256, 256))
+    assert model.policy_config.actor_arch == model.policy_config.critic_arch or not wide
     start = {"fetch_pick_and_place": {"grasped_start": 0.5}, "fetch_push": {"contact_start": 0.5}}  # §20, §24
     assert c.env_kwargs == ({"action_repeat": 3, "time_feature": True, **start.get(name, {})} if wide else {})
     assert c.her.desired_goal_share == (0.5 if wide else 0.0)  # ... and other episodes' desired goals (§16)
