@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("eval", help="evaluate a model or run: success rate, return, length",
                                    allow_abbrev=False)
     evaluate.add_argument("target", type=Path, metavar="MODEL_OR_RUN",
-                          help="a model .zip, a run folder or a folder of seeds")
+                          help="a model .zip, a run folder, a checkpoint (RUN/checkpoints/step_N) or a folder of seeds")
     evaluate.add_argument("--episodes", type=_positive_int, default=50, help="episodes per model (default: 50)")
     evaluate.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
                           help="act with the deterministic policy (default: yes)")

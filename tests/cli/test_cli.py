@@ -588,6 +588,16 @@ def test_eval_of_a_bare_model_needs_the_env(two_seeds: Path, tmp_path: Path, cap
     assert herl("eval", bare, "--episodes", "1", "--env", "herl/BitFlipping-v0", "--set", "env.n_bits=8") == 0
 
 
+def test_eval_of_a_checkpoint_takes_its_runs_env_settings(two_seeds: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint's folder or its model file: evaluated on the run's env (8 bits here; the env's default, 10, would
+    not fit the model), at the checkpoint's step."""
+    checkpoint = two_seeds / "seed_0" / "checkpoints" / "step_000000000200"
+    assert herl("eval", checkpoint, "--episodes", "2") == 0
+    assert herl("eval", checkpoint / "model.zip", "--episodes", "2") == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "step_000000000200" in line]
+    assert len(rows) == 2 and all(" 200 " in row for row in rows)
+
+
 def test_plot_draws_a_png(two_seeds: Path, tmp_path: Path) -> None:
     output = tmp_path / "curves.png"
     assert herl("plot", two_seeds, "-o", output) == 0

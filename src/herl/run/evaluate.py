@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from herl.io.atomic import atomic_path, check_target
-from herl.run.checkpoint import MODEL_FILE, latest_checkpoint
+from herl.run.checkpoint import CHECKPOINTS, MODEL_FILE, latest_checkpoint
 from herl.run.envs import endless_episode_guard, make_env
 from herl.run.errors import CLIError, MissingExtraError
 from herl.run.folders import CONFIG_FILE, find_seed_runs, read_config
@@ -61,14 +61,17 @@ def wilson_interval(successes: int, episodes: int, z: float = 1.96) -> tuple[flo
 
 
 def find_models(target: Path, *, left_out: list[str] | None = None) -> list[ModelToEvaluate]:
-    """The models at ``target``: a model file, a run folder (its model.zip, else its latest checkpoint), or a folder
-    of seed runs (each of them). Given ``left_out``, a folder of several runs leaves out those with no model yet (a
+    """The models at ``target``: a model file (in a run folder or one of its checkpoints, the run's env settings with
+    it), a checkpoint's folder, a run folder (its model.zip, else its latest checkpoint), or a folder of seed runs
+    (each of them). Given ``left_out``, a folder of several runs leaves out those with no model yet (a
     sweep's trial that has not reached its first evaluation) and says why there, rather than failing; it fails when
     none has one."""
     target = Path(target)
+    if target.is_dir() and (target / MODEL_FILE).is_file() and not (target / CONFIG_FILE).exists():
+        target = target / MODEL_FILE  # a checkpoint's folder (RUN/checkpoints/step_N/)
     if target.is_file():
-        config_path = target.parent / CONFIG_FILE
-        config = read_config(target.parent) if config_path.exists() else None
+        run = _run_of_model(target)
+        config = read_config(run) if run is not None else None
         return [ModelToEvaluate(str(target), target, config and config.env, dict(config.env_kwargs) if config else {})]
     if not target.exists():
         raise CLIError(f"no such model file or run folder: {target}")
@@ -88,6 +91,15 @@ def find_models(target: Path, *, left_out: list[str] | None = None) -> list[Mode
     if left_out is not None:
         left_out += [f"{message}: left out" for message in empty]
     return models
+
+
+def _run_of_model(path: Path) -> Path | None:
+    """The run folder a model file belongs to: its own folder (RUN/model.zip), or the run of the checkpoint it is in
+    (RUN/checkpoints/step_N/model.zip), whose env settings it was trained with; None for a file outside a run."""
+    for folder in (path.parent, path.parent.parent.parent):
+        if (folder / CONFIG_FILE).exists() and (folder == path.parent or path.parent.parent.name == CHECKPOINTS):
+            return folder
+    return None
 
 
 def load_model(path: Path, device: str = "auto") -> Any:
