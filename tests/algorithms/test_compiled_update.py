@@ -234,3 +234,50 @@ def test_the_whole_step_follows_schedules_and_groups_and_leaves_other_optimizers
         assert len(groups) == 2
     has_grads = any(p.grad is not None for p in compiled.policy.parameters())
     assert has_grads == (setting == "AdamW")  # AdamW: the compiled loss, then autograd and AdamW's own step
+
+
+def _compiler_failure() -> Exception:
+    """A ``BackendCompilerFailed`` as Dynamo raises it (its constructor's arguments differ between torch versions)."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    err = BackendCompilerFailed.__new__(BackendCompilerFailed)
+    Exception.__init__(err, "backend='inductor' raised: ImportError: kernel.so: file too short")
+    return err
+
+
+@pytest.mark.parametrize("whole_step", [True, False], ids=["whole step", "loss alone"])
+def test_a_later_graph_the_compiler_fails_on_warns_and_trains_on_eagerly(whole_step: bool, monkeypatch):
+    """A graph compiled after the first (a new branch or batch size) that the compiler cannot build: the model warns
+    and trains on eagerly, as when the first one fails, rather than stop the run; any other error still stops it."""
+    from herl.training import base
+
+    if not whole_step:  # the loss alone is compiled where the whole step is not supported
+        monkeypatch.setattr(base, "fused_step_unsupported", lambda model: "not here")
+    model = make("SAC", "box", True)
+    model.learn(40)
+    assert model.compile_seconds is not None and model._n_updates > 0
+
+    def failing(*args, **kwargs):
+        raise _compiler_failure()
+
+    if whole_step:
+        model.__dict__["_fused"].compiled = failing
+    else:
+        model.__dict__["_compiled_losses"] = failing
+    updates = model._n_updates
+    with pytest.warns(RuntimeWarning, match="could not compile the update .*file too short.*eager update"):
+        model.learn(20, reset_num_timesteps=False)
+    assert model._n_updates == updates + 20 and model.__dict__["_compiled_losses"] == model._losses
+
+    other = make("SAC", "box", True)
+    other.learn(40)
+
+    def broken(*args, **kwargs):
+        raise ValueError("not the compiler's")
+
+    if whole_step:
+        other.__dict__["_fused"].compiled = broken
+    else:
+        other.__dict__["_compiled_losses"] = broken
+    with pytest.raises(ValueError, match="not the compiler's"):
+        other.learn(20, reset_num_timesteps=False)

@@ -314,8 +314,27 @@ class OffPolicyAlgorithm:
         inputs = self._update_inputs(batch)
         targets = self._target_updates(inputs)
         fused = self._fused_step()
-        info = fused(batch, inputs, targets) if fused is not None else self._loss_step(batch, inputs, targets)
+        if fused is None:
+            info = self._loss_step(batch, inputs, targets)
+        else:
+            try:
+                info = fused(batch, inputs, targets)
+            except Exception as err:  # noqa: BLE001 - narrowed by _recompile_failed
+                self._recompile_failed(err)
+                self.__dict__["_fused"] = False
+                info = self._loss_step(batch, inputs, targets)
         self._train_info = self._after_step(batch, inputs, info)
+
+    def _recompile_failed(self, err: Exception) -> None:
+        """A compiled update's later graph (a new batch size, or a branch such as a delayed actor update) that the
+        compiler failed to build: raised again unless it is a compiler failure, which (as at the first call) leaves
+        the model unchanged; then it warns and the model trains on with the eager update."""
+        from torch._dynamo.exc import BackendCompilerFailed
+
+        if not isinstance(err, BackendCompilerFailed):
+            raise err
+        self._compile_failed(err, stacklevel=6)
+        self.__dict__["_compiled_losses"] = self._losses  # no second try with the loss alone
 
     def _loss_step(self, batch: Any, inputs: Any, targets: tuple[tuple[nn.Module, nn.Module, float], ...]) -> dict[str, Any]:
         """The step with the loss eager or compiled alone: then autograd, clipping, the optimizer's own step and the
@@ -325,7 +344,11 @@ class OffPolicyAlgorithm:
         if losses == self._losses:
             loss, info = losses(batch, inputs)
         else:
-            loss, info = self._compiled_call(losses, batch, inputs)
+            try:
+                loss, info = self._compiled_call(losses, batch, inputs)
+            except Exception as err:  # noqa: BLE001 - narrowed by _recompile_failed
+                self._recompile_failed(err)
+                loss, info = self._losses(batch, inputs)
         optimizer = self.optimizers["optimizer"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
