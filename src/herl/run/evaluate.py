@@ -96,10 +96,10 @@ def find_models(target: Path, *, left_out: list[str] | None = None) -> list[Mode
 def _run_of_model(path: Path) -> Path | None:
     """The run folder a model file belongs to: its own folder (RUN/model.zip), or the run of the checkpoint it is in
     (RUN/checkpoints/step_N/model.zip), whose env settings it was trained with; None for a file outside a run."""
-    for folder in (path.parent, path.parent.parent.parent):
-        if (folder / CONFIG_FILE).exists() and (folder == path.parent or path.parent.parent.name == CHECKPOINTS):
-            return folder
-    return None
+    if (path.parent / CONFIG_FILE).exists():
+        return path.parent
+    run = path.parent.parent.parent
+    return run if path.parent.parent.name == CHECKPOINTS and (run / CONFIG_FILE).exists() else None
 
 
 def load_model(path: Path, device: str = "auto") -> Any:

@@ -321,7 +321,6 @@ class OffPolicyAlgorithm:
                 info = fused(batch, inputs, targets)
             except Exception as err:  # noqa: BLE001 - narrowed by _recompile_failed
                 self._recompile_failed(err)
-                self.__dict__["_fused"] = False
                 info = self._loss_step(batch, inputs, targets)
         self._train_info = self._after_step(batch, inputs, info)
 
@@ -334,6 +333,7 @@ class OffPolicyAlgorithm:
         if not isinstance(err, BackendCompilerFailed):
             raise err
         self._compile_failed(err, stacklevel=6)
+        self.__dict__["_fused"] = False
         self.__dict__["_compiled_losses"] = self._losses  # no second try with the loss alone
 
     def _loss_step(self, batch: Any, inputs: Any, targets: tuple[tuple[nn.Module, nn.Module, float], ...]) -> dict[str, Any]:
