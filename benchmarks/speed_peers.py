@@ -5,7 +5,9 @@ Tasks (``--task``):
 
 * ``push``: TQC + HER (future, k=4) on FetchPush-v4, [256, 256] networks, batch 256, learning rate 1e-3,
   gamma 0.95, tau 0.05, 25 quantiles, 2 dropped per critic; peers SBX and sb3-contrib.
-* ``push512``: the same at the fetch_push preset's network size, [512, 512, 512].
+* ``push512x2``: the same at the fetch_push preset's network size, [512, 512].
+* ``push512``: the same with [512, 512, 512] networks, the fetch_pick_and_place and fetch_slide presets' size (and
+  fetch_push's before it moved to two hidden layers).
 * ``reach``: SAC + HER (future, k=4) on FetchReach-v4, [64, 64], batch 256, the same rates; peers SBX and SB3.
 
 herl runs with its default precision (``auto``: bfloat16 hidden layers where the CPU multiplies in them natively,
@@ -42,6 +44,7 @@ warnings.filterwarnings("ignore")
 
 TASKS = {
     "push": dict(env="FetchPush-v4", algo="tqc", net_arch=[256, 256], learning_starts=1000),
+    "push512x2": dict(env="FetchPush-v4", algo="tqc", net_arch=[512, 512], learning_starts=1000),
     "push512": dict(env="FetchPush-v4", algo="tqc", net_arch=[512, 512, 512], learning_starts=1000),
     "reach": dict(env="FetchReach-v4", algo="sac", net_arch=[64, 64], learning_starts=100),
 }

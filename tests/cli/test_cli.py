@@ -172,6 +172,26 @@ def test_the_many_envs_presets_train_and_resume_exactly(tmp_path: Path, env: str
                 assert torch.equal(tensor, parts.get_parameters()[name][key]), f"{name}.{key}"
 
 
+@pytest.mark.slow  # compiles the update (inductor) in each of the three runs
+def test_the_fetch_push_preset_compiles_its_update_and_resumes_exactly(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """fetch_push as shipped (compiled update and acting, 3-step returns, action repeat, time feature, contact starts,
+    its precision), scaled down: a run extended with --resume ends with the weights and Adam states of a run never
+    stopped, bit for bit."""
+    pytest.importorskip("gymnasium_robotics")
+    args = ["--env", "FetchPush-v4", "--threads", "1", "--progress", "off", "--set", "learning_starts=30",
+            "--set", "batch_size=16", "--set", "policy.net_arch=[16,16]", "--set", "eval.freq=40",
+            "--set", "eval.episodes=1", "--set", "checkpoint.freq=40"]
+    assert herl("train", *args, "--timesteps", "80", "--run-dir", tmp_path / "whole") == 0
+    assert "the update compiled in" in capsys.readouterr().out  # compiled, not fallen back to the eager update
+    assert herl("train", *args, "--timesteps", "40", "--run-dir", tmp_path / "parts") == 0
+    assert herl("train", "--resume", tmp_path / "parts", "--timesteps", "80", "--progress", "off") == 0
+    whole, parts = (OffPolicyAlgorithm.load(tmp_path / name / "seed_0" / "model.zip") for name in ("whole", "parts"))
+    assert whole.config.compile and whole.config.n_steps == 3 and whole.num_timesteps == parts.num_timesteps == 80
+    assert whole._n_updates == parts._n_updates == 80 - 30
+    assert_same_weights_and_optimizer_states(whole, parts)
+
+
 def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path, tmp_path: Path) -> None:
     assert herl("train", *TINY, "--run-dir", tmp_path) == 0
     before = (tmp_path / "seed_0" / "model.zip").stat().st_mtime_ns
@@ -324,14 +344,20 @@ def test_every_algorithm_resumes_exactly(algo: str, flipped: bool, tmp_path: Pat
     if flipped:
         assert whole.config.n_steps == 3 and whole.encoder.normalizer is None
         assert whole.replay_buffer_class.__name__ != "HerReplayBuffer"
-    for name, state in whole.get_parameters().items():
+    assert_same_weights_and_optimizer_states(whole, resumed)
+
+
+def assert_same_weights_and_optimizer_states(a: OffPolicyAlgorithm, b: OffPolicyAlgorithm) -> None:
+    """Every weight and every optimizer's state of ``a`` equal to ``b``'s, bit for bit."""
+    theirs = b.get_parameters()
+    for name, state in a.get_parameters().items():
         if name.endswith(".optimizer"):
             for index, values in state["state"].items():
                 for key, value in values.items():
-                    assert torch.equal(value, resumed.get_parameters()[name]["state"][index][key]), f"{name}.{key}"
+                    assert torch.equal(value, theirs[name]["state"][index][key]), f"{name}.{key}"
         else:
             for key, tensor in state.items():
-                assert torch.equal(tensor, resumed.get_parameters()[name][key]), f"{name}.{key}"
+                assert torch.equal(tensor, theirs[name][key]), f"{name}.{key}"
 
 
 def test_demos_train_record_their_settings_and_resume_exactly(reach_demos: Path, tmp_path: Path,
