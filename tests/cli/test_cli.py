@@ -150,6 +150,19 @@ def _eval_rows(run: Path) -> list[tuple[str, str]]:
         return [(r["time/total_timesteps"], r["eval/mean_reward"]) for r in csv.DictReader(f) if r["eval/mean_reward"]]
 
 
+def assert_same_weights_and_optimizer_states(a: OffPolicyAlgorithm, b: OffPolicyAlgorithm) -> None:
+    """Every weight and every optimizer's state of ``a`` equal to ``b``'s, bit for bit."""
+    theirs = b.get_parameters()
+    for name, state in a.get_parameters().items():
+        if name.endswith(".optimizer"):
+            for index, values in state["state"].items():
+                for key, value in values.items():
+                    assert torch.equal(value, theirs[name]["state"][index][key]), f"{name}.{key}"
+        else:
+            for key, tensor in state.items():
+                assert torch.equal(tensor, theirs[name][key]), f"{name}.{key}"
+
+
 @pytest.mark.parametrize(("env", "preset"), [("FetchPush-v4", "fetch_push_many_envs"),
                                            ("FetchPickAndPlace-v4", "fetch_pick_and_place_many_envs")])
 def test_the_many_envs_presets_train_and_resume_exactly(tmp_path: Path, env: str, preset: str) -> None:
@@ -345,19 +358,6 @@ def test_every_algorithm_resumes_exactly(algo: str, flipped: bool, tmp_path: Pat
         assert whole.config.n_steps == 3 and whole.encoder.normalizer is None
         assert whole.replay_buffer_class.__name__ != "HerReplayBuffer"
     assert_same_weights_and_optimizer_states(whole, resumed)
-
-
-def assert_same_weights_and_optimizer_states(a: OffPolicyAlgorithm, b: OffPolicyAlgorithm) -> None:
-    """Every weight and every optimizer's state of ``a`` equal to ``b``'s, bit for bit."""
-    theirs = b.get_parameters()
-    for name, state in a.get_parameters().items():
-        if name.endswith(".optimizer"):
-            for index, values in state["state"].items():
-                for key, value in values.items():
-                    assert torch.equal(value, theirs[name]["state"][index][key]), f"{name}.{key}"
-        else:
-            for key, tensor in state.items():
-                assert torch.equal(tensor, theirs[name][key]), f"{name}.{key}"
 
 
 def test_demos_train_record_their_settings_and_resume_exactly(reach_demos: Path, tmp_path: Path,
