@@ -186,13 +186,14 @@ def test_the_many_envs_presets_train_and_resume_exactly(tmp_path: Path, env: str
 
 
 @pytest.mark.slow  # compiles the update (inductor) in each of the three runs
-def test_the_fetch_push_preset_compiles_its_update_and_resumes_exactly(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    """fetch_push as shipped (compiled update and acting, 3-step returns, action repeat, time feature, contact starts,
-    its precision), scaled down: a run extended with --resume ends with the weights and Adam states of a run never
-    stopped, bit for bit."""
+@pytest.mark.parametrize("env", ["FetchPush-v4", "FetchPickAndPlace-v4"])
+def test_the_fetch_presets_compile_their_update_and_resume_exactly(env: str, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """fetch_push and fetch_pick_and_place as shipped (compiled update and acting, 3-step returns, action repeat, time
+    feature, contact or grasped starts, their precision), scaled down: a run extended with --resume ends with the
+    weights and Adam states of a run never stopped, bit for bit."""
     pytest.importorskip("gymnasium_robotics")
-    args = ["--env", "FetchPush-v4", "--threads", "1", "--progress", "off", "--set", "learning_starts=30",
+    args = ["--env", env, "--threads", "1", "--progress", "off", "--set", "learning_starts=30",
             "--set", "batch_size=16", "--set", "policy.net_arch=[16,16]", "--set", "eval.freq=40",
             "--set", "eval.episodes=1", "--set", "checkpoint.freq=40"]
     assert herl("train", *args, "--timesteps", "80", "--run-dir", tmp_path / "whole") == 0
