@@ -5,7 +5,8 @@ through JAX's XLA when JAX is installed (the speed peer SBX's path).
 Times the op that dominates a TQC update, each critic's hidden-to-hidden layer on a batch of rows, ``(critics,
 batch, width) x (critics, width, width)``, and prints ms per op, multiply-adds per second and each path's speed
 against PyTorch's float32, for each ``--width``. The paths take turns, so load on the machine affects all of them.
-JAX is held to one core with ``--threads 1`` (XLA_FLAGS set before it is imported).
+With ``--threads 1`` the process is pinned to one core (``--core``) and JAX held to one thread (XLA_FLAGS set before
+it is imported): unpinned, XLA's products used a second core despite that flag, even waited for one by one.
 
 ``--layers`` times instead one ensemble layer (2 members, ReLU) forward and backward through herl.nn.gemm, PyTorch's
 path against oneDNN's, for products from 256x32x64 to 512x256x256 (rows x inner x outer): where oneDNN's path starts
@@ -93,16 +94,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3, help="turns of each path; the median is reported")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--core", type=int, default=0, help="the CPU core the process is pinned to with --threads 1")
     parser.add_argument("--layers", action="store_true", help="time ensemble layers through herl.nn.gemm instead")
     args = parser.parse_args()
     if args.threads == 1:
         os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+        os.sched_setaffinity(0, {args.core})
     torch.set_num_threads(args.threads)
     if args.layers:
         torch.set_num_threads(args.threads)
         return layers(args.repeats, args.rounds)
+    cores = sorted(os.sched_getaffinity(0))
     print(f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} "
-          f"thread(s), batch {args.batch}, {args.critics} critics")
+          f"thread(s) on core(s) {cores}, batch {args.batch}, {args.critics} critics")
     print("| width | path | ms | G multiply-adds/s | against float32 (PyTorch) |\n|---|---|---|---|---|")
     for width in args.width:
         ops = paths(args.critics, args.batch, width)

@@ -118,6 +118,18 @@ def test_gradcheck_in_float64_reference_matches_onednn_float32(backend):
     assert_close_runs(onednn, tuple(t.float() if torch.is_tensor(t) else [g.float() for g in t] for t in reference))
 
 
+def test_onednns_path_is_chosen_on_amd_processors_with_full_width_avx512_only():
+    """Zen 4 (family 25) splits AVX-512 in halves and gains nothing from oneDNN; Zen 5 (family 26) and later do."""
+    def cpuinfo(vendor: str, family: int) -> str:
+        core = f"vendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: 17\nflags\t\t: avx2 avx512f\n"
+        return f"processor\t: 0\n{core}\nprocessor\t: 1\n{core}"
+
+    assert not gemm.amd_with_full_width_avx512(cpuinfo("AuthenticAMD", 25))
+    assert gemm.amd_with_full_width_avx512(cpuinfo("AuthenticAMD", 26))
+    assert not gemm.amd_with_full_width_avx512(cpuinfo("GenuineIntel", 6))
+    assert not gemm.amd_with_full_width_avx512("vendor_id\t: AuthenticAMD\n")  # no family line: keep PyTorch's path
+
+
 def test_backend_choice(backend):
     assert gemm.cpu_backend() in ("onednn", "aten")
     backend("aten")

@@ -2,24 +2,30 @@
 
 PyTorch multiplies float32 matrices on the CPU with MKL. On AMD processors MKL runs its AVX2 code even where the
 chip has AVX-512, and oneDNN (shipped inside PyTorch for its bfloat16 and inference kernels) does not: on a 2-core
-AMD EPYC with AVX-512, one thread, a 512x256 by 256x256 product took 585 µs through ``torch.mm`` and 270 µs through
-oneDNN, the rate JAX's XLA reaches on the same core (``benchmarks/matmul_backends.py``). A SAC or TQC update with
-[256, 256] networks is mostly such products, so this is most of the gap between eager PyTorch and a JAX library.
+AMD EPYC whose AVX-512 units are full width, one thread, a 512x256 by 256x256 product took 585 µs through
+``torch.mm`` and 270 µs through oneDNN, the rate JAX's XLA reaches on the same core (``benchmarks/matmul_rate.py``).
+A SAC or TQC update with [256, 256] networks is mostly such products, so this is most of the gap between eager
+PyTorch and a JAX library. Zen 4 (AMD family 25) runs each AVX-512 instruction as two 256-bit halves, so there
+oneDNN's products are no faster than MKL's AVX2 ones (48 and 52 G multiply-adds/s, ``benchmarks/matmul_rate.py``)
+and its path, called from Python, lost: an eager float32 TQC update at [256, 256] took 13.2 ms through it against
+12.3 through PyTorch's.
 
 :func:`addmm` and :func:`baddbmm` are ``torch.addmm`` and ``torch.baddbmm`` with an optional ReLU after them (oneDNN
 applies it in the same pass). Their backward passes are oneDNN products too. Each takes oneDNN's path only for
 float32 tensors on the CPU, and only where :func:`cpu_backend` says so; everything else (bfloat16, CUDA, gradients
 of gradients) goes through PyTorch's own ops, with the same results to float rounding.
 
-:func:`cpu_backend` is ``"onednn"`` on AMD processors with AVX-512 (the case measured above) and ``"aten"``
-elsewhere: Intel's MKL runs its AVX-512 code on Intel chips, and on AVX2 chips both libraries run AVX2 code.
-:func:`set_cpu_backend` chooses for the process (``"auto"`` restores the rule). The two paths round differently,
-so a run is bit-for-bit reproducible on one machine, not across machines whose backends differ.
+:func:`cpu_backend` is ``"onednn"`` on AMD processors with full-width AVX-512 (family 26, Zen 5, and later; the case
+measured above) and ``"aten"`` elsewhere: Intel's MKL runs its AVX-512 code on Intel chips, on Zen 4 neither path
+is faster, and on AVX2 chips both libraries run AVX2 code. :func:`set_cpu_backend` chooses for the process
+(``"auto"`` restores the rule). The two paths round differently, so a run is bit-for-bit reproducible on one machine,
+not across machines whose backends differ.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import torch
@@ -37,6 +43,19 @@ def onednn_available() -> bool:
         return False
 
 
+FULL_WIDTH_AVX512_AMD_FAMILY = 26
+"""The first AMD processor family (Zen 5) whose AVX-512 units are 512 bits wide; Zen 4 (family 25) splits each
+instruction in two halves, and there oneDNN's float32 products are no faster than MKL's."""
+
+
+def amd_with_full_width_avx512(cpuinfo: str) -> bool:
+    """Whether ``/proc/cpuinfo``'s text describes an AMD processor of family 26 (Zen 5) or later."""
+    if "AuthenticAMD" not in cpuinfo:
+        return False
+    families = re.findall(r"^cpu family\s*:\s*(\d+)", cpuinfo, flags=re.MULTILINE)
+    return bool(families) and min(int(f) for f in families) >= FULL_WIDTH_AVX512_AMD_FAMILY
+
+
 @functools.cache
 def _amd_with_avx512() -> bool:
     try:
@@ -47,7 +66,7 @@ def _amd_with_avx512() -> bool:
         cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:  # not Linux: no vendor to read, keep PyTorch's path
         return False
-    return capability.startswith("AVX512") and "AuthenticAMD" in cpuinfo
+    return capability.startswith("AVX512") and amd_with_full_width_avx512(cpuinfo)
 
 
 def cpu_backend() -> str:
