@@ -102,7 +102,6 @@ def main() -> None:
         os.sched_setaffinity(0, {args.core})
     torch.set_num_threads(args.threads)
     if args.layers:
-        torch.set_num_threads(args.threads)
         return layers(args.repeats, args.rounds)
     cores = sorted(os.sched_getaffinity(0))
     print(f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} "

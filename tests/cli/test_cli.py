@@ -179,10 +179,7 @@ def test_the_many_envs_presets_train_and_resume_exactly(tmp_path: Path, env: str
     whole, parts = (OffPolicyAlgorithm.load(tmp_path / name / "seed_0" / "model.zip") for name in ("whole", "parts"))
     assert whole.num_timesteps == parts.num_timesteps == 160
     assert whole._n_updates == parts._n_updates == 3 * (160 - 40) // 4
-    for name, state in whole.get_parameters().items():
-        for key, tensor in state.items():
-            if torch.is_tensor(tensor):
-                assert torch.equal(tensor, parts.get_parameters()[name][key]), f"{name}.{key}"
+    assert_same_weights_and_optimizer_states(whole, parts)
 
 
 @pytest.mark.slow  # compiles the update (inductor) in each of the three runs

@@ -57,7 +57,7 @@ def amd_with_full_width_avx512(cpuinfo: str) -> bool:
 
 
 @functools.cache
-def _amd_with_avx512() -> bool:
+def _amd_with_full_width_avx512() -> bool:
     try:
         capability = torch.backends.cpu.get_cpu_capability()
     except AttributeError:  # pragma: no cover - torch < 2.1
@@ -72,7 +72,7 @@ def _amd_with_avx512() -> bool:
 def cpu_backend() -> str:
     """The float32 CPU matmul path in use: ``"onednn"`` or ``"aten"`` (see the module's docstring)."""
     if _choice == "auto":
-        return "onednn" if onednn_available() and _amd_with_avx512() else "aten"
+        return "onednn" if onednn_available() and _amd_with_full_width_avx512() else "aten"
     return _choice
 
 
