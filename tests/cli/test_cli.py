@@ -203,10 +203,18 @@ def test_the_fetch_presets_compile_their_update_and_resume_exactly(env: str, tmp
     assert_same_weights_and_optimizer_states(whole, parts)
 
 
-def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path, tmp_path: Path) -> None:
+def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("train", *TINY, "--run-dir", tmp_path) == 0
     before = (tmp_path / "seed_0" / "model.zip").stat().st_mtime_ns
+    capsys.readouterr()
     assert herl("train", "--resume", tmp_path, "--progress", "off") == 0
+    assert f"herl train: resuming 1 run in {tmp_path}\n" in capsys.readouterr().out
+    assert herl("train", "--resume", two_seeds, "--progress", "off") == 0  # a folder of seeds: the pace is named
+    assert (f"herl train: resuming 2 runs in {two_seeds}, one at a time (--jobs 2 trains them at once)\n"
+            in capsys.readouterr().out)
+    assert herl("train", "--resume", two_seeds, "--jobs", "3", "--progress", "off") == 0
+    assert f"herl train: resuming 2 runs in {two_seeds}, 2 at once\n" in capsys.readouterr().out
     assert (tmp_path / "seed_0" / "model.zip").stat().st_mtime_ns == before
     assert herl("train", "--resume", tmp_path / "seed_0", "--timesteps", "400", "--progress", "off") == 0
     assert OffPolicyAlgorithm.load(tmp_path / "seed_0" / "model.zip").num_timesteps == 400
