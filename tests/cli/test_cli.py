@@ -183,12 +183,12 @@ def test_the_many_envs_presets_train_and_resume_exactly(tmp_path: Path, env: str
 
 
 @pytest.mark.slow  # compiles the update (inductor) in each of the three runs
-@pytest.mark.parametrize("env", ["FetchPush-v4", "FetchPickAndPlace-v4"])
+@pytest.mark.parametrize("env", ["FetchPush-v4", "FetchPickAndPlace-v4", "FetchSlide-v4"])
 def test_the_fetch_presets_compile_their_update_and_resume_exactly(env: str, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """fetch_push and fetch_pick_and_place as shipped (compiled update and acting, 3-step returns, action repeat, time
-    feature, contact or grasped starts, their precision), scaled down: a run extended with --resume ends with the
-    weights and Adam states of a run never stopped, bit for bit."""
+    """fetch_push, fetch_pick_and_place and fetch_slide as shipped (compiled update and acting, 3-step returns, action
+    repeat, time feature, contact or grasped starts where they have them, their precision), scaled down: a run
+    extended with --resume ends with the weights and Adam states of a run never stopped, bit for bit."""
     pytest.importorskip("gymnasium_robotics")
     args = ["--env", env, "--threads", "1", "--progress", "off", "--set", "learning_starts=30",
             "--set", "batch_size=16", "--set", "policy.net_arch=[16,16]", "--set", "eval.freq=40",

@@ -120,6 +120,7 @@ def test_fetch_presets_build_tqc_and_crossq_models(name: str, algo: str) -> None
     # Slide's measured run kept the newest 100,000 transitions (§25); the others let herl size the buffer to the run
     assert c.hyperparameters.get("buffer_size") == (100_000 if wide and name == "fetch_slide" else None)
     assert model.config.n_steps == (3 if wide else 1)
+    assert model.config.compile is wide  # TQC's update compiled in all three, as measured (CrossQ refuses compiling)
     assert c.policy.precision == ("auto" if wide else "float32")
     assert model.policy_config.options == ({"n_quantiles": 25} if algo == "tqc" else
                                            {"batch_norm_momentum": 0.01, "batch_norm_eps": 0.001,
