@@ -273,11 +273,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
             elif args.env != env_id:
                 raise CLIError(f"{run} trains the env {env_id!r}; with --resume, --env only confirms that id "
                                f"(--env {shlex.quote(env_id)}), it cannot change it")
-        parallel = min(args.jobs, len(run_configs))
-        count = f"{len(run_configs)} run" + ("s" if len(run_configs) > 1 else "")
-        pace = ("" if len(run_configs) == 1 else f", {parallel} at once" if parallel > 1
-                else f", one at a time (--jobs {len(run_configs)} trains them at once)")
-        print(f"herl train: resuming {count} in {args.resume}{pace}", flush=True)
+        n_runs = len(run_configs)
+        parallel = min(args.jobs, n_runs)
+        if n_runs == 1:
+            print(f"herl train: resuming 1 run in {args.resume}", flush=True)
+        else:
+            pace = f"{parallel} at once" if parallel > 1 else f"one at a time (--jobs {n_runs} trains them at once)"
+            print(f"herl train: resuming {n_runs} runs in {args.resume}, {pace}", flush=True)
         fits = {threads: _threads_beside(threads, parallel, explicit=False)
                 for threads in sorted({config.threads for config in run_configs.values()})}
         workers = max(config.workers for config in run_configs.values())
