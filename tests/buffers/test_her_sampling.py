@@ -228,7 +228,18 @@ def two_arguments(achieved_goal, desired_goal):
     return id_reward(achieved_goal, desired_goal)
 
 
-@pytest.mark.parametrize("fn", [keyword_only, swapped_names, robotics_style, positional, two_arguments, id_reward])
+def varargs_after_the_goals(achieved_goal, desired_goal, *args):  # the info goes into *args
+    assert len(args) == 1 and isinstance(args[0], dict)
+    return id_reward(achieved_goal, desired_goal)
+
+
+def varargs_swapped(desired_goal, achieved_goal, *args):  # goals by keyword, so *args gets nothing
+    assert args == ()
+    return id_reward(achieved_goal, desired_goal)
+
+
+@pytest.mark.parametrize("fn", [keyword_only, swapped_names, robotics_style, positional, two_arguments, id_reward,
+                                varargs_after_the_goals, varargs_swapped])
 def test_compute_reward_gets_achieved_and_desired_goal_in_the_right_places(fn):
     """id_reward is asymmetric: a swap of achieved and desired goals gives other values and fails the check."""
     buffer, world = one_env_buffer("future", k=4, compute_reward=fn)

@@ -1,7 +1,10 @@
 """herl.compat.cpprb.HindsightReplayBuffer: cpprb's documented behaviour, checked against cpprb itself and the engine."""
 
+import copy
+
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 
 from herl import HerReplayBuffer
@@ -175,6 +178,49 @@ def test_wrong_fields_and_shapes_are_refused():
         buffer.add(obs=[0, 0], act=0, next_obs=[1, 0], rew=1.0)
     with pytest.raises(ValueError, match="next_obs has shape \\(3,\\)"):
         buffer.add(obs=[0, 0], act=0, next_obs=[1, 0, 0])
+
+
+SHAPE_ONE = {"obs": {}, "act": {}, "next_obs": {}}  # cpprb's default shape, (1,), as its docs' pseudo code has it
+
+
+@pytest.mark.parametrize(
+    "env_dict, transitions",
+    [
+        (ENV_DICT, dict(obs=torch.zeros(2), act=torch.tensor(1), next_obs=torch.ones(2))),
+        (ENV_DICT, dict(obs=np.zeros(2), act=torch.randn(4).argmax(), next_obs=np.ones(2))),  # a 0-d tensor
+        (ENV_DICT, dict(obs=torch.zeros(3, 2), act=torch.ones(3, 1), next_obs=torch.ones(3, 2))),
+        (ENV_DICT, dict(obs=[[0, 0]], act=1, next_obs=[[0, 1]])),
+        (ENV_DICT, dict(obs=[0, 0], act=[[1]], next_obs=[0, 1])),
+        (ENV_DICT, dict(obs=(0, 0), act=-1, next_obs=(0, 1))),  # -1 into the uint8 action: 255, as numpy casts
+        (ENV_DICT, dict(obs=[[0, 0], [0, 1]], act=[[1], [2]], next_obs=[[0, 1], [0, 2]])),
+        (SHAPE_ONE, dict(obs=np.array([0.0, 1.0, 2.0]), act=np.array([1, 1, 1]), next_obs=np.array([1.0, 2.0, 3.0]))),
+        (SHAPE_ONE, dict(obs=[0.0, 1.0, 2.0], act=[1, 1, 1], next_obs=[1.0, 2.0, 3.0])),
+        (SHAPE_ONE, dict(obs=np.zeros((3, 1)), act=np.ones((3, 1)), next_obs=np.ones((3, 1)))),
+    ],
+)
+def test_add_takes_every_form_cpprb_takes(env_dict, transitions):
+    """Lists, tuples, scalars, torch tensors, a leading axis of 1 or n, flat runs for shape-1 fields: cpprb counts
+    the transitions from the state's size and reshapes every field; the stored transitions must be cpprb's."""
+    stored = []
+    for cls in (HindsightReplayBuffer, cpprb.HindsightReplayBuffer):
+        buffer = make(cls, env_dict=copy.deepcopy(env_dict))  # cpprb writes into the env_dict it is given
+        buffer.add(**transitions)
+        buffer.on_episode_end([NO_GOAL])
+        stored.append(buffer.get_all_transitions())
+    ours, theirs = stored
+    assert len(ours["obs"]) == len(theirs["obs"]) > 0
+    for key in ("obs", "act", "next_obs"):
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
+def test_add_refuses_a_field_whose_size_disagrees_with_the_states():
+    buffer = make(HindsightReplayBuffer)
+    with pytest.raises(ValueError, match=r"obs has shape \(3,\): expected \(2,\) for one transition"):
+        buffer.add(obs=[0, 0, 0], act=0, next_obs=[1, 0, 0])
+    with pytest.raises(ValueError, match=r"act has shape \(3,\); expected \(1,\) for one transition or \(2, \*\(1,\)\) "
+                                         r"for 2, as obs holds 2"):
+        buffer.add(obs=np.zeros((2, 2)), act=[0, 1, 2], next_obs=np.zeros((2, 2)))
+    assert buffer.get_stored_size() == 0 and buffer._episode_len == 0  # nothing half-added
 
 
 def test_update_priorities_needs_prioritization():

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from herl import DDPG, DQN, SAC, TD3, HerReplayBuffer, ReplayBuffer
 from herl.compat.sb2 import HER, GoalSelectionStrategy, HERGoalEnvWrapper, HindsightExperienceReplayWrapper
@@ -161,3 +162,94 @@ def test_replay_wrapper_samples_what_the_engine_samples_directly():
     np.testing.assert_array_equal(obs_t, env.convert_dict_to_obs({k: v.numpy() for k, v in direct.observations.items()}))
     np.testing.assert_array_equal(rewards, direct.rewards.numpy().ravel())
     np.testing.assert_array_equal(dones, direct.dones.numpy().ravel())
+
+
+class OneGoalAtATime(BitFlippingEnv):
+    """An SB2-era goal env: compute_reward takes one goal, as gym's GoalEnv documents it and SB2's HER called it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        self.calls += 1
+        assert np.ndim(achieved_goal) == 1 and isinstance(info, dict)
+        return 0.0 if np.array_equal(achieved_goal, desired_goal) else -1.0
+
+
+def test_an_env_whose_compute_reward_takes_one_goal_learns_saves_and_loads(tmp_path):
+    env = OneGoalAtATime(4, continuous=True, max_steps=4)
+    model = HER("MlpPolicy", env, SAC, **{**SMALL, "learning_starts": 20})
+    model.learn(60)
+    assert env.calls > 0
+    batch = model.replay_buffer.sample(256)
+    goals = batch.next_observations
+    expected = np.where((goals["achieved_goal"] == goals["desired_goal"]).all(axis=1), 0.0, -1.0)
+    np.testing.assert_array_equal(batch.rewards.numpy().ravel(), expected)  # relabeled goal by goal, correctly
+    model.save(tmp_path / "m.zip")
+    again = OneGoalAtATime(4, continuous=True, max_steps=4)
+    HER.load(tmp_path / "m.zip", env=again).learn(30)
+    assert again.calls > 0
+
+
+def test_the_replay_wrapper_relabels_with_a_one_goal_compute_reward():
+    env = HERGoalEnvWrapper(OneGoalAtATime(4, max_steps=4))
+    wrapper = HindsightExperienceReplayWrapper(1000, 3, "future", env, seed=0)
+    obs, _ = env.reset(seed=0)
+    for t in range(12):
+        next_obs, reward, terminated, truncated, _ = env.step(t % 4)
+        wrapper.add(obs, t % 4, reward, next_obs, terminated or truncated, truncated=truncated and not terminated)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+    _, _, rewards, obs_tp1, _ = wrapper.sample(64)
+    goals = env.convert_obs_to_dict(obs_tp1)
+    expected = np.where((goals["achieved_goal"] == goals["desired_goal"]).all(axis=1), 0.0, -1.0)
+    np.testing.assert_array_equal(rewards, expected)
+
+
+def test_discrete_goal_spaces_flatten_to_multidiscrete_and_predict_from_flat_observations():
+    env = BitFlippingEnv(4, discrete_obs_space=True, max_steps=4)
+    wrapped = HERGoalEnvWrapper(env)
+    n = env.observation_space["observation"].n
+    assert wrapped.observation_space == spaces.MultiDiscrete([n, n, n])  # as SB2's wrapper
+    obs, _ = env.reset(seed=0)
+    flat = wrapped.convert_dict_to_obs(obs)
+    assert flat.shape == (3,) and wrapped.observation_space.contains(flat)
+    back = wrapped.convert_obs_to_dict(flat)
+    assert all(back[k] == obs[k] for k in obs)
+    model = HER("MlpPolicy", env, DQN, **SMALL)
+    assert model.predict(flat)[0] == model.predict(obs)[0]
+    with pytest.raises(ValueError, match=r"all Box, all MultiBinary or all Discrete; this env's are \['Box'"):
+        HERGoalEnvWrapper(MixedSpaces())
+
+
+class MixedSpaces(BitFlippingEnv):
+    def __init__(self):
+        super().__init__(3, continuous=True)
+        self.observation_space = spaces.Dict({"observation": spaces.Box(0, 1, (3,)), "achieved_goal": spaces.MultiBinary(3),
+                                              "desired_goal": spaces.MultiBinary(3)})
+
+
+def test_get_env_returns_the_env_as_given_and_set_env_replaces_it():
+    env = BitFlippingEnv(4, max_steps=4)
+    wrapped = HERGoalEnvWrapper(env)
+    model = HER("MlpPolicy", wrapped, DQN, **SMALL)
+    assert model.get_env() is wrapped
+    other = BitFlippingEnv(4, max_steps=4)
+    model.set_env(other)
+    assert model.get_env() is other
+    made = HER("MlpPolicy", "herl/BitFlipping-v0", DQN, **SMALL).get_env()
+    assert made.observation_space == BitFlippingEnv().observation_space  # an env id is made, as SB2 made it
+
+
+def test_the_replay_wrappers_discrete_actions_are_numbers_as_in_sb2():
+    env = HERGoalEnvWrapper(BitFlippingEnv(4, max_steps=4))
+    wrapper = HindsightExperienceReplayWrapper(100, 2, "future", env, seed=0)
+    obs, _ = env.reset(seed=0)
+    for t in range(4):
+        next_obs, reward, terminated, truncated, _ = env.step(t)
+        wrapper.add(obs, t, reward, next_obs, terminated or truncated)
+        obs = next_obs
+        if terminated or truncated:
+            break
+    actions = wrapper.sample(16)[1]
+    assert actions.shape == (16,) and np.isin(actions, np.arange(4)).all()

@@ -68,6 +68,28 @@ def test_sb2_ddpg_actor_lr_and_critic_lr_set_each_networks_step_size():
     model.learn(40)  # the two groups step together
 
 
+@pytest.mark.parametrize("kwargs, size", [
+    (dict(memory_limit=None), 50_000),  # SB2's default: buffer_size decides
+    (dict(buffer_size=1000, memory_limit=None), 1000),
+    (dict(memory_limit=None, buffer_size=1000), 1000),
+    (dict(memory_limit=2000), 2000),  # deprecated, but a number wins over buffer_size, in either order
+    (dict(buffer_size=1000, memory_limit=2000), 2000),
+    (dict(memory_limit=2000, buffer_size=1000), 2000),
+])
+def test_sb2_ddpg_memory_limit_is_read_as_sb2_reads_it(kwargs, size):
+    assert HER("MlpPolicy", bits(True), DDPG, **kwargs).model.config.buffer_size == size
+
+
+SB2_SCHEDULES = [SAC, TD3]  # SB2's docs: learning_rate is a float or a function of the progress remaining
+
+
+@pytest.mark.parametrize("model_class", SB2_SCHEDULES)
+def test_sb2_learning_rate_schedules_start_at_their_value_at_one(model_class):
+    model = HER("MlpPolicy", bits(True), model_class, learning_rate=lambda frac: 1e-3 * frac)
+    assert model.model.config.learning_rate == 1e-3
+    assert model.model.lr_schedule(0.5) == 5e-4
+
+
 def test_sb2_dqn_names_target_update_exploration_and_prioritized_replay():
     model = HER("MlpPolicy", bits(), DQN, target_network_update_freq=50, exploration_final_eps=0.1,
                 prioritized_replay=True, prioritized_replay_alpha=0.5, prioritized_replay_beta0=0.3,

@@ -49,6 +49,53 @@ def test_custom_objects_replace_what_the_file_holds_and_ignore_the_rest(tmp_path
         SAC.load(tmp_path / "sac", not_saved=1)
 
 
+def test_a_learning_rate_schedule_to_the_constructor_is_sb3s_schedule():
+    """SB3 takes learning_rate=fn (progress remaining, 1 -> 0): the optimizers start at fn(1) and each train call
+    sets the rate from fn, as model.lr_schedule = fn does on a model built with the number fn(1)."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    env = BitFlippingEnv(4, continuous=True, max_steps=4)
+
+    def linear(progress):
+        return 1e-3 * progress
+
+    given = SAC("MultiInputPolicy", env, learning_rate=linear, **SMALL)
+    assert given.learning_rate == 1e-3 and given.optimizers["optimizer"].param_groups[0]["lr"] == 1e-3
+    set_after = SAC("MultiInputPolicy", env, learning_rate=1e-3, **SMALL)
+    set_after.lr_schedule = linear
+    theirs = sb3.SAC("MultiInputPolicy", env, learning_rate=linear, **SMALL)
+    for model in (given, set_after, theirs):
+        model.learn(60)
+    rates = [g["lr"] for opt in (given.optimizers["optimizer"], set_after.optimizers["optimizer"],
+                                 theirs.actor.optimizer, theirs.critic.optimizer) for g in opt.param_groups]
+    assert given._current_progress_remaining == theirs._current_progress_remaining < 1
+    assert rates == pytest.approx([linear(theirs._current_progress_remaining)] * len(rates))
+    for key, value in given.policy.state_dict().items():
+        assert torch.equal(value, set_after.policy.state_dict()[key]), key
+
+
+def test_a_function_passed_again_on_load_keeps_the_saved_buffer_settings(tmp_path):
+    """Files hold no code: a compute_reward (or a compute_terminated, in-memory demonstrations) goes to load with
+    replay_buffer_kwargs=, which replaces the entries it gives and keeps the saved n_sampled_goal and strategy."""
+    env = BitFlippingEnv(4, continuous=True, max_steps=4)
+    calls = []
+
+    def reward(achieved_goal, desired_goal, info):
+        calls.append(len(achieved_goal))
+        return env.compute_reward(achieved_goal, desired_goal, info)
+
+    kwargs = dict(n_sampled_goal=2, goal_selection_strategy="final", compute_reward=reward)
+    SAC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=kwargs, **SMALL).save(
+        tmp_path / "sac")
+    loaded = SAC.load(tmp_path / "sac", env=env, replay_buffer_kwargs=dict(compute_reward=reward))
+    assert loaded.replay_buffer.n_sampled_goal == 2 and loaded.replay_buffer_kwargs["goal_selection_strategy"] == "final"
+    calls.clear()
+    loaded.learn(30)
+    assert calls  # the function given is the one that relabels
+    # naming an entry replaces it
+    loaded = SAC.load(tmp_path / "sac", env=env, replay_buffer_kwargs=dict(compute_reward=reward, n_sampled_goal=6))
+    assert loaded.replay_buffer.n_sampled_goal == 6
+
+
 @pytest.mark.parametrize("model_class, names", [
     (SAC, ("actor", "critic", "critic_target")),
     (TD3, ("actor", "actor_target", "critic", "critic_target")),

@@ -148,7 +148,7 @@ def test_nan_weights_are_caught_by_the_next_action_if_not_by_a_loss_first():
 ISSUE_CASES = [  # (algorithm, keyword arguments, the field the message must name)
     (SAC, dict(learning_rate=float("inf")), "learning_rate"),
     (SAC, dict(learning_rate=float("nan")), "learning_rate"),
-    (SAC, dict(learning_rate=lambda progress: 1e-3), "learning_rate"),
+    (SAC, dict(learning_rate=lambda progress: 0.0), "learning_rate"),  # a schedule that starts at 0
     (DQN, dict(train_freq=0), "train_freq"),
     (DQN, dict(train_freq=-4), "train_freq"),
     (DQN, dict(train_freq=(2, "steps")), "train_freq"),

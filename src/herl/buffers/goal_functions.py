@@ -45,6 +45,11 @@ def bind_goal_function(fn: GoalFunction) -> Callable[[np.ndarray, np.ndarray, An
         # ambiguous, so only keyword arguments are used and the info goes where a third slot is.
         remaining = [n for n in params if n not in ("achieved_goal", desired_name)]
         info_name = remaining[0] if remaining else None
+        if info_name is not None and params[info_name].kind is inspect.Parameter.VAR_POSITIONAL:
+            # fn(achieved_goal, desired_goal, *args): the info goes into *args, after the goals in their order
+            if list(params)[:2] == ["achieved_goal", desired_name]:
+                return lambda achieved, desired, info: fn(achieved, desired, info)
+            info_name = None
     if info_name is None:
         return lambda achieved, desired, info: fn(achieved_goal=achieved, **{desired_name: desired})
     return lambda achieved, desired, info: fn(achieved_goal=achieved, **{desired_name: desired, info_name: info})

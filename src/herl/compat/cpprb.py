@@ -37,7 +37,7 @@ _PER_DEFAULTS = {"alpha": 0.6, "eps": 1e-4}
 _REJECTED = {
     "next_of": "herl stores next states itself; list next_obs in env_dict as usual",
     "stack_compress": "frame-stack compression is not supported; store the stacked frames",
-    "Nstep": "N-step returns are not supported by the HER buffer; compute them from sampled episodes",
+    "Nstep": "this cpprb-style buffer has no N-step returns; herl's own HerReplayBuffer(n_steps=...) has them",
     "mmap_prefix": "memory-mapped storage is not supported; use herl's save()/load() of the engine for persistence",
     "check_for_update": "multiprocess priority checking is not supported (update priorities from the sampling process)",
 }
@@ -186,16 +186,18 @@ class HindsightReplayBuffer:
         except ValueError as err:
             if "compute_reward" not in str(err):
                 raise
+            hint = ("; goal_func gives goals of another shape than the state's? then give goal_shape too"
+                    if goal_func is not None and goal_shape is None else "")
             raise ValueError(
                 f"reward_func must be batched: reward_func(next_state, action, goal) with arrays shaped (batch, ...) "
-                f"returns one reward per row ({err})"
+                f"returns one reward per row ({err}){hint}"
             ) from err
         # the running episode, as cpprb stages it, until on_episode_end gives its goal
         self._episode = {name: np.zeros((self.max_episode_len, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
         self._episode_len = 0
         self._field_names = self._episode.keys()
         self._field_sizes = {name: int(np.prod(shape)) for name, (shape, _) in self.fields.items()}
-        self._state_ndim = len(state_shape)
+        self._field_shapes = {name: shape for name, (shape, _) in self.fields.items()}
         self._not_ended, self._ended = np.zeros(1, bool), np.ones(1, bool)
 
     def _compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: dict[str, np.ndarray]):
@@ -231,27 +233,35 @@ class HindsightReplayBuffer:
                 + (f"; missing {missing}" if missing else "")
                 + (f"; unknown {unknown}" if unknown else "")
             )
+        # cpprb reads every value as a flat run of numbers: the state's count of them over one state's gives the
+        # number of transitions n, and each field is reshaped to (n, *shape). Lists, scalars and CPU torch tensors
+        # are taken as numpy arrays first.
         state = kwargs[self.state]
-        n = 1 if np.ndim(state) <= self._state_ndim else len(state)
+        if type(state) is not np.ndarray:
+            state = np.asarray(state)
+        sizes, shapes = self._field_sizes, self._field_shapes
+        n, partial = divmod(state.size, sizes[self.state])
+        if partial or n == 0:
+            raise ValueError(f"{self.state} has shape {state.shape}: expected {shapes[self.state]} for one "
+                             f"transition or (n, *{shapes[self.state]}) for n")
         start = self._episode_len
         if start + n > self.max_episode_len:
             raise ValueError(
                 f"the episode exceeds max_episode_len={self.max_episode_len}: call on_episode_end(goal) when an "
                 "episode ends, or raise max_episode_len"
             )
-        episode, sizes = self._episode, self._field_sizes
+        episode = self._episode
         for name, value in kwargs.items():
-            size = value.size if type(value) is np.ndarray else np.size(value)
-            if size != n * sizes[name]:  # assignment alone would broadcast a wrong-sized value silently
-                shape = self.fields[name][0]
-                raise ValueError(
-                    f"{name} has shape {np.shape(value)}; expected {shape} for one transition or ({n}, *{shape}) for {n}"
-                )
-            if n == 1:
-                episode[name][start] = value  # a leading axis of 1, if any, is dropped by numpy
+            if type(value) is not np.ndarray:
+                value = np.asarray(value)
+            if value.size != n * sizes[name]:  # assignment alone would broadcast a wrong-sized value silently
+                # (rows written before this one lie past the episode's length: the next add overwrites them)
+                raise ValueError(f"{name} has shape {value.shape}; expected {shapes[name]} for one transition or "
+                                 f"({n}, *{shapes[name]}) for {n}, as {self.state} holds {n}")
+            if n == 1:  # assignment casts as cpprb does (-1 into uint8 is 255)
+                episode[name][start] = value if value.shape == shapes[name] else value.reshape(shapes[name])
             else:
-                rows = episode[name][start:start + n]
-                rows[...] = np.reshape(value, rows.shape)
+                episode[name][start:start + n] = value.reshape((n, *shapes[name]))
         self._episode_len = start + n
 
     def on_episode_end(self, goal: Any) -> None:

@@ -24,6 +24,7 @@ import torch
 from gymnasium import spaces
 
 from herl.buffers import HerReplayBuffer, ReplayBuffer
+from herl.buffers.goal_functions import bind_goal_function, env_goal_function
 from herl.buffers.her import GOAL_KEYS, check_goal_space
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy
 from herl.errors import NON_NEGATIVE_INT, as_integer, integer
@@ -53,10 +54,14 @@ class HERGoalEnvWrapper(gym.ObservationWrapper):
             high = np.concatenate([np.broadcast_to(s.high, s.shape).ravel() for s in subspaces])
             dtype = np.result_type(*(s.dtype for s in subspaces))
             self.observation_space = spaces.Box(low.astype(dtype), high.astype(dtype), dtype=dtype)
+        elif all(isinstance(s, spaces.Discrete) for s in subspaces):  # as SB2: one entry of each
+            self.observation_space = spaces.MultiDiscrete([int(s.n) for s in subspaces],
+                                                          start=[int(s.start) for s in subspaces])
         else:
             raise ValueError(
-                "HERGoalEnvWrapper flattens Box or MultiBinary goal spaces of one kind; this env mixes "
-                f"{[type(s).__name__ for s in subspaces]}: use the dict observations directly (herl's algorithms take them)"
+                "HERGoalEnvWrapper flattens goal spaces that are all Box, all MultiBinary or all Discrete; this env's "
+                f"are {[type(s).__name__ for s in subspaces]}: use the dict observations directly (herl's algorithms "
+                "take them)"
             )
 
     def observation(self, observation: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -76,12 +81,47 @@ class HERGoalEnvWrapper(gym.ObservationWrapper):
         pieces = np.split(observations, self._splits, axis=-1)
         lead = observations.shape[:-1]
         return OrderedDict(
-            (k, piece.reshape(*lead, *shape).astype(space.dtype, copy=False))
+            (k, piece.reshape(lead + shape).astype(space.dtype, copy=False))
             for k, piece, shape, space in zip(GOAL_KEYS, pieces, self._shapes, self.spaces)
         )
 
     def compute_reward(self, achieved_goal, desired_goal, info):
         return self.env.unwrapped.compute_reward(achieved_goal, desired_goal, info)
+
+
+class _PerGoalReward:
+    """An SB2 goal env's ``compute_reward`` on herl's batches of goals.
+
+    SB2's HER called ``compute_reward`` once per transition, with one goal, as gym's ``GoalEnv`` documents it;
+    herl relabels whole batches. A function that answers a batch with one value per goal is called on batches; one
+    that returns a single value for a batch (or fails on one) is called goal by goal from then on, slower but as in
+    SB2. The first batch of two or more goals decides.
+    """
+
+    def __init__(self, fn: Any) -> None:
+        self._call = bind_goal_function(fn)
+        self._per_goal: bool | None = None
+
+    def __call__(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> Any:
+        n = len(achieved_goal)
+        if not self._per_goal:
+            if self._per_goal is False or n < 2:
+                return self._call(achieved_goal, desired_goal, info)
+            try:
+                result = self._call(achieved_goal, desired_goal, info)
+            except Exception:  # e.g. float() of an array: a function written for one goal
+                result = None
+            if result is not None and np.shape(result) in ((n,), (n, 1)):
+                self._per_goal = False
+                return result
+            self._per_goal = True
+        rows = [info] * n if not isinstance(info, Mapping) else [{k: v[i] for k, v in info.items()} for i in range(n)]
+        return np.stack([np.asarray(self._call(a, d, i)) for a, d, i in zip(achieved_goal, desired_goal, rows)])
+
+
+def _sb2_compute_reward(env: Any) -> _PerGoalReward | None:
+    fn = env_goal_function(env, "compute_reward")
+    return _PerGoalReward(fn) if fn is not None else None
 
 
 class HindsightExperienceReplayWrapper:
@@ -106,6 +146,7 @@ class HindsightExperienceReplayWrapper:
         self.goal_selection_strategy = parse_strategy(goal_selection_strategy)
         self.buffer = HerReplayBuffer(
             size, wrapped_env.env.observation_space, wrapped_env.action_space, env=wrapped_env.env, device="cpu",
+            compute_reward=_sb2_compute_reward(wrapped_env.env),
             n_sampled_goal=n_sampled_goal, goal_selection_strategy=self.goal_selection_strategy,
             online_sampling=False, max_episode_length=_time_limit(wrapped_env), seed=seed,
         )
@@ -133,7 +174,10 @@ class HindsightExperienceReplayWrapper:
         flat = self.env.convert_dict_to_obs
         obs = flat({k: v.numpy() for k, v in batch.observations.items()})
         next_obs = flat({k: v.numpy() for k, v in batch.next_observations.items()})
-        return obs, batch.actions.numpy(), batch.rewards.numpy().ravel(), next_obs, batch.dones.numpy().ravel()
+        actions = batch.actions.numpy()
+        if isinstance(self.env.action_space, spaces.Discrete):
+            actions = actions.reshape(-1)  # SB2 stored a discrete action as a number: (batch,)
+        return obs, actions, batch.rewards.numpy().ravel(), next_obs, batch.dones.numpy().ravel()
 
 
 # Stable-Baselines 2.10's defaults for each model class (the signatures in its docs), in herl's names. Under HER
@@ -166,7 +210,8 @@ _SB2_RENAMES: dict[str, dict[str, str]] = {
     "TD3": {"random_exploration": "random_action_prob"},
     "DDPG": {"random_exploration": "random_action_prob", "actor_lr": "actor_learning_rate",
              "critic_lr": "critic_learning_rate", "nb_train_steps": "gradient_steps", "nb_rollout_steps": "train_freq",
-             "memory_limit": "buffer_size", "observation_range": "clip_observations", "return_range": "clip_target"},
+             "memory_limit": "buffer_size",  # read before the others (sb2_kwargs), as SB2 does
+             "observation_range": "clip_observations", "return_range": "clip_target"},
 }
 # SB2 keywords herl takes only at the value that means "off" (SB2's default), with why
 _SB2_OFF_ONLY: dict[str, tuple[tuple[Any, ...], str]] = {
@@ -202,6 +247,12 @@ def sb2_kwargs(model_class: type, kwargs: dict[str, Any]) -> tuple[dict[str, Any
     known = hyperparameters | _MODEL_ARGUMENTS | set(renames) | set(_SB2_OFF_ONLY) | _SB2_IGNORED
     model_kwargs: dict[str, Any] = dict(SB2_DEFAULTS.get(name, {}))
     buffer_kwargs: dict[str, Any] = {}
+    if "memory_limit" in renames and "memory_limit" in kwargs:
+        # SB2's DDPG: deprecated for buffer_size; its default, None, changes nothing, a number replaces buffer_size
+        kwargs = dict(kwargs)
+        limit = kwargs.pop("memory_limit")
+        if limit is not None:
+            kwargs["buffer_size"] = limit
     for key, value in kwargs.items():
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
@@ -279,6 +330,10 @@ class HER:
         if "online_sampling" in kwargs:
             buffer_kwargs["online_sampling"] = kwargs.pop("online_sampling")
         buffer_kwargs.update(kwargs.pop("replay_buffer_kwargs", None) or {})
+        given, env = env, _goal_env(env)
+        self._env = env if isinstance(given, str) else given  # what get_env returns: the env as given, or as made
+        if buffer_kwargs.get("compute_reward") is None:
+            buffer_kwargs["compute_reward"] = _sb2_compute_reward(env)
         if policy not in SB2_POLICIES:
             raise ValueError(f"unknown policy {policy!r}: use one of {sorted(SB2_POLICIES)} (SB2's CnnPolicy and "
                              "policy classes are not supported)")
@@ -288,7 +343,7 @@ class HER:
                 raise ValueError(f"{policy} sets policy_kwargs {key}={value!r}; got {key}="
                                  f"{kwargs['policy_kwargs'][key]!r}: use MlpPolicy with it")
         self.policy = policy
-        self.model = model_class(herl_policy, _unwrap_flat(env), replay_buffer_class=HerReplayBuffer,
+        self.model = model_class(herl_policy, env, replay_buffer_class=HerReplayBuffer,
                                  replay_buffer_kwargs=buffer_kwargs, **kwargs)
 
     # ------------------------------------------------------------------ SB2 methods
@@ -296,11 +351,13 @@ class HER:
         """SB2 built its TensorFlow graph here; herl's model is ready at construction, so this does nothing."""
 
     def get_env(self) -> Any:
-        """The env given (SB2's HER returned it as it was, not as a VecEnv)."""
-        return self.model._raw_env
+        """The current env, as it was given (a HERGoalEnvWrapper stays one); None without one."""
+        return self._env
 
     def set_env(self, env: Any) -> None:
-        self.model.set_env(_unwrap_flat(env))
+        given, env = env, _goal_env(env)
+        self.model.set_env(env)
+        self._env = env if isinstance(given, str) else given
 
     def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 100, tb_log_name: str = "HER",
               reset_num_timesteps: bool = True) -> HER:
@@ -418,12 +475,18 @@ class HER:
         """Read a HER model; without ``env`` it predicts from dict observations."""
         from herl.training.base import OffPolicyAlgorithm
 
-        model = OffPolicyAlgorithm.load(load_path, env=_unwrap_flat(env) if env is not None else None,
-                                        custom_objects=custom_objects, **kwargs)
+        given, env = env, _goal_env(env)
+        buffer_kwargs = dict(kwargs.pop("replay_buffer_kwargs", None) or {})
+        if env is not None and buffer_kwargs.get("compute_reward") is None:
+            buffer_kwargs["compute_reward"] = _sb2_compute_reward(env)  # an env's that takes one goal at a time too
+        if buffer_kwargs:
+            kwargs["replay_buffer_kwargs"] = buffer_kwargs
+        model = OffPolicyAlgorithm.load(load_path, env=env, custom_objects=custom_objects, **kwargs)
         if not issubclass(model.replay_buffer_class, HerReplayBuffer):
             raise ValueError(f"{load_path} holds a {type(model).__name__} without HER: load it with {type(model).__name__}.load")
         her = cls.__new__(cls)
         her.model, her.model_class = model, type(model)
+        her._env = env if isinstance(given, str) else given
         ln = model.policy_name == "MlpPolicy" and model.policy_config.layer_norm is True
         her.policy = "LnMlpPolicy" if ln else model.policy_name
         her.n_sampled_goal = model.replay_buffer_kwargs.get("n_sampled_goal", 4)
@@ -460,6 +523,16 @@ def _unwrap_flat(env: Any) -> Any:
     """herl's algorithms take the goal env's dict observations, so a HERGoalEnvWrapper is looked through."""
     wrapper = _find_flat_wrapper(env)
     return wrapper.env if wrapper is not None else env
+
+
+def _goal_env(env: Any) -> Any:
+    """The env herl's model gets: a HERGoalEnvWrapper looked through, an env id made here (as SB2 made it), so
+    that its compute_reward can be adapted (:class:`_PerGoalReward`)."""
+    if isinstance(env, str):
+        from herl.training.envs import make_env
+
+        return make_env(env)
+    return _unwrap_flat(env)
 
 
 def _time_limit(env: Any) -> int | None:

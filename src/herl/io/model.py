@@ -304,6 +304,10 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
                     if k in kwargs and not (k == "learning_rate" and (callable(v) or not v))}, **overrides}
     if isinstance(overrides.get("policy_kwargs"), Mapping):  # the entries given replace the file's, the rest stay
         overrides["policy_kwargs"] = {**kwargs["policy_kwargs"], **overrides["policy_kwargs"]}
+    if isinstance(overrides.get("replay_buffer_kwargs"), Mapping) and overrides.get(
+            "replay_buffer_class", kwargs["replay_buffer_class"]) is kwargs["replay_buffer_class"]:
+        # the same: compute_reward passed again keeps the saved n_sampled_goal and strategy
+        overrides["replay_buffer_kwargs"] = {**kwargs["replay_buffer_kwargs"], **overrides["replay_buffer_kwargs"]}
     if env is not None or overrides:
         model = _with_env(model, cls, policy, env, device, kwargs, overrides, obs_space, act_space, params)
     model.num_timesteps, model._n_updates, model._episode_num = counts

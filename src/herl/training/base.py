@@ -38,8 +38,8 @@ from torch import nn
 
 from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
-from herl.errors import (BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ActionSpaceError, EnvMismatchError, NonFiniteError,
-                         as_integer, check, did_you_mean, integer)
+from herl.errors import (BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ActionSpaceError, ConfigError, EnvMismatchError,
+                         NonFiniteError, as_integer, check, did_you_mean, integer)
 from herl.nn.acting import ActingNetwork
 from herl.nn.extractors import ExtractorInput, extractor_class, has_features, has_images, make_extractor
 from herl.nn.mlp import PRECISIONS, resolve_precision, set_precision
@@ -133,7 +133,12 @@ class OffPolicyAlgorithm:
         replay_buffer_kwargs = _accept_sb3_arguments(owner, hyperparameters, replay_buffer_kwargs)
         check(owner, "seed", seed, integer(0, also=(None,)))
         check(owner, "n_envs", n_envs, POSITIVE_INT)
+        schedule = hyperparameters.get("learning_rate")
+        if callable(schedule):  # SB3's schedule: the progress remaining (1 -> 0) to the rate; it starts at fn(1)
+            hyperparameters["learning_rate"] = _initial_rate(owner, schedule)
         self.config = self.config_class.from_kwargs(hyperparameters)
+        if callable(schedule):
+            self.lr_schedule = schedule
         self.policy_config = PolicyConfig.from_kwargs(policy_kwargs, self.default_net_arch, self.default_n_critics,
                                                  self.policy_options)
         self.check_policy_config(self.policy_config)
@@ -1132,6 +1137,19 @@ def _shape_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
                 shape = () if key == "step" else param.shape
                 if value.shape != shape and value.numel() == math.prod(shape):
                     state[key] = value.reshape(shape).clone()
+
+
+def _initial_rate(owner: str, schedule: Callable[[float], float]) -> float:
+    """A learning-rate schedule's value at the start of training, the rate the optimizers are built with (as SB3)."""
+    try:
+        rate = schedule(1.0)
+    except Exception as err:
+        raise ConfigError(owner, "learning_rate", schedule, "a number, or a function of the progress remaining "
+                          f"(1 -> 0) returning one; calling it with 1.0 raised {type(err).__name__}: {err}") from err
+    if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating)) or not math.isfinite(rate) or rate <= 0:
+        raise ConfigError(owner, "learning_rate", schedule, f"a schedule returning a finite number > 0; it returned "
+                          f"{rate!r} for the progress remaining 1.0")
+    return float(rate)
 
 
 class _ConstantSchedule:

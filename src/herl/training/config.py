@@ -31,7 +31,7 @@ class OffPolicyConfig:
     """Hyperparameters every off-policy algorithm shares."""
 
     learning_rate: float = 3e-4
-    """Adam's step size for every network (a float: schedules are not supported)."""
+    """Adam's step size for every network (a float here: the model takes a schedule, see ``lr_schedule``)."""
     buffer_size: int = 1_000_000
     """Transitions the replay buffer holds."""
     learning_starts: int = 100
@@ -73,7 +73,8 @@ class OffPolicyConfig:
     # presets and model files). A subclass adds its own fields' rules in its own ``field_rules``; a field with no
     # rule is checked against its default's type (a float field takes a finite number, ...).
     field_rules: ClassVar[Mapping[str, Rule | None]] = {
-        "learning_rate": number(0.0, low_open=True, note="a constant: schedules are not supported"),
+        "learning_rate": number(0.0, low_open=True, note="a constant here: a schedule goes to the model, e.g. "
+                                "SAC(..., learning_rate=fn), or is set as model.lr_schedule"),
         "buffer_size": POSITIVE_INT,
         "learning_starts": NON_NEGATIVE_INT,
         "batch_size": POSITIVE_INT,
@@ -129,7 +130,8 @@ class OffPolicyConfig:
         """Check every field (raises :class:`herl.errors.ConfigError` naming the field, the value and what is allowed)."""
         owner = self.owner()
         if callable(self.learning_rate):
-            raise ConfigError(owner, "learning_rate", self.learning_rate, "a finite number > 0 (schedules are not supported)")
+            raise ConfigError(owner, "learning_rate", self.learning_rate, "a finite number > 0 (a schedule goes to the model, "
+                              "e.g. SAC(..., learning_rate=fn), or is set as model.lr_schedule)")
         check_fields(owner, self, self.rules())
         _train_freq(self.train_freq, owner)
         clip = self.clip_target
