@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -105,7 +107,17 @@ def test_strategies_accepted(name):
     assert isinstance(buffer.goal_selection_strategy, GoalSelectionStrategy)
 
 
-@pytest.mark.parametrize("name", ["futur", "", 3, None])
+def test_a_peers_strategy_enum_is_read_by_its_members_name():
+    sb3 = pytest.importorskip("stable_baselines3.her.goal_selection_strategy")
+    for member in sb3.GoalSelectionStrategy:  # SB3's HER docs import theirs
+        assert make(goal_selection_strategy=member).goal_selection_strategy is GoalSelectionStrategy[member.name]
+
+
+class Color(enum.Enum):
+    RED = 0
+
+
+@pytest.mark.parametrize("name", ["futur", "", 3, None, Color.RED])
 def test_unknown_strategy_lists_the_valid_ones(name):
     with pytest.raises(ValueError, match="goal_selection_strategy") as info:
         make(goal_selection_strategy=name)

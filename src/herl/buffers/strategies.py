@@ -64,6 +64,9 @@ def parse_strategy(strategy: GoalSelectionStrategy | str) -> GoalSelectionStrate
         return strategy
     if isinstance(strategy, str) and strategy.lower() in KEY_TO_GOAL_STRATEGY:
         return KEY_TO_GOAL_STRATEGY[strategy.lower()]
+    if isinstance(strategy, Enum) and strategy.name.lower() in KEY_TO_GOAL_STRATEGY:
+        # a peer's enum, read by its member's name (SB3's and SB2's GoalSelectionStrategy.FUTURE, ...)
+        return KEY_TO_GOAL_STRATEGY[strategy.name.lower()]
     raise ValueError(
         f"unknown goal_selection_strategy {strategy!r}: use one of {sorted(KEY_TO_GOAL_STRATEGY)} "
         "or a herl.GoalSelectionStrategy member"
