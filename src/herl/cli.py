@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--env", metavar="ID", help="env id (default: the run's; needed for a bare model file)")
     evaluate.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE", help="env arguments")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the evaluation episodes (default: 0)")
-    evaluate.add_argument("--device", default="auto", help="torch device (default: auto)")
+    evaluate.add_argument("--device", type=_device, default="auto", help="torch device (default: auto)")
     evaluate.add_argument("--video", type=Path, metavar="OUT.mp4", help="also record episodes to a .mp4 or .gif")
     evaluate.add_argument("--video-episodes", type=_positive_int, default=None, metavar="N",
                           help="episodes in the video (default: 3, or --episodes if fewer)")
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "train")
     rec.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE",
                      help="env settings, after the preset's, as in herl train (e.g. env.time_feature=false)")
-    rec.add_argument("--device", default="auto", help="torch device for a model (default: auto)")
+    rec.add_argument("--device", type=_device, default="auto", help="torch device for a model (default: auto)")
     rec.set_defaults(func=_cmd_record)
 
     exp = commands.add_parser("export", help="a model's deterministic policy as ONNX or TorchScript", allow_abbrev=False)
@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="default: torchscript for .pt/.pth/.ts files, onnx otherwise")
     exp.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                      help="compare onnxruntime's actions with predict's on 1,000 observations (default: yes)")
-    exp.add_argument("--device", default="cpu", help="torch device to export from (default: cpu)")
+    exp.add_argument("--device", type=_device, default="cpu", help="torch device to export from (default: cpu)")
     exp.set_defaults(func=_cmd_export)
 
     listing = commands.add_parser("list", help="envs with a preset, algorithms, goal strategies", allow_abbrev=False)
@@ -185,7 +185,7 @@ def _add_settings_flags(train: argparse.ArgumentParser) -> None:
                        "or scripted[:N]: N episodes of herl's scripted Fetch expert, default 100, recorded in the run): "
                        "they get their own store in the HER buffer, 1/8 of each batch (demos.batch_ratio), and the "
                        "actor a behaviour-cloning loss with the Q-filter (bc_loss_weight=1; ddpg, td3, sac, tqc)")
-    train.add_argument("--device", metavar="D", help="torch device: auto, cpu, cuda, cuda:1, ...")
+    train.add_argument("--device", type=_device, metavar="D", help="torch device: auto, cpu, cuda, cuda:1, ...")
     train.add_argument("--threads", type=_positive_int, metavar="N",
                        help="torch CPU threads per run (default: 1, fastest for small networks)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -195,12 +195,27 @@ def _add_settings_flags(train: argparse.ArgumentParser) -> None:
 
 def _positive_int(text: str) -> int:
     try:
-        value = int(float(text)) if "e" in text.lower() else int(text)
-    except ValueError:
+        number = float(text) if "e" in text.lower() else None  # 1e6 steps; 2.5e0 is no whole number, 1e400 too many
+        value = int(text) if number is None else int(number)
+        if number is not None and number != value:
+            raise ValueError(text)
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
     return value
+
+
+def _device(text: str) -> str:
+    """A torch device name, checked when the command line is read (a wrong one is the flag's fault, not a file's)."""
+    if text != "auto":
+        import torch
+
+        try:
+            torch.device(text)
+        except (RuntimeError, TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{text!r} is no torch device: use auto, cpu, cuda or cuda:<index>") from None
+    return text
 
 
 def _non_negative_int(text: str) -> int:

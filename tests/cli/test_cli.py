@@ -835,6 +835,18 @@ def test_every_preset_resolves_for_each_of_its_algorithms() -> None:
             config = build_config(algo=algo, env="X-v0", seed=0, layers=preset.layers(algo), goal_env=True,
                                   preset=preset.name)
             assert config.her is not None and config.timesteps > 0
+            # the entries the preset's measured runs read (herl's own default reads all of them)
+            assert list(config.policy.input_keys) == ["observation", "desired_goal"], preset.name
+
+
+def test_policy_input_keys_from_the_command_line(tmp_path: Path) -> None:
+    from herl import DQN
+
+    assert main(["train", "--env", "herl/BitFlipping-v0", "--timesteps", "50", "--set", "env.n_bits=4", "--set",
+                 'policy.input_keys=["achieved_goal", "desired_goal", "observation"]', "--run-dir", str(tmp_path)]) == 0
+    assert DQN.load(tmp_path / "seed_0" / "model.zip").encoder.keys == ("achieved_goal", "desired_goal", "observation")
+    assert herl("train", "--env", "herl/BitFlipping-v0", "--set", "policy.input_keys=[\"nope\"]",
+                "--run-dir", str(tmp_path / "bad")) == 2
 
 
 

@@ -116,6 +116,39 @@ def test_an_explicit_buffer_size_is_kept_and_a_chosen_one_is_said(tmp_path: Path
     assert notes and "buffer_size=10,000 chosen by herl" in notes[0]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX links and locks")
+def test_links_in_a_run_folder_never_lead_writes_or_deletions_outside_it(finished: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A run folder from elsewhere: its lock file a link to a file of the user's, or its checkpoints a link to a folder
+    of the user's. Resuming (or training into a fresh folder holding such a lock) refuses, and leaves them as they were."""
+    victim = tmp_path / "notes.txt"
+    victim.write_text("my notes")
+    run = _copy(finished, tmp_path)
+    (run / "train.pid").unlink(missing_ok=True)
+    (run / "train.pid").symlink_to(victim)
+    assert herl("train", "--resume", run.parent) == 2
+    assert "is a symbolic link" in capsys.readouterr().err and victim.read_text() == "my notes"
+    fresh = tmp_path / "fresh" / "seed_0"
+    fresh.mkdir(parents=True)
+    (fresh / "train.pid").symlink_to(tmp_path / "created_by_herl.txt")
+    assert herl("train", *TINY, "--run-dir", fresh.parent) == 2
+    assert not (tmp_path / "created_by_herl.txt").exists()
+    (run / "train.pid").unlink()
+    os.link(victim, run / "train.pid")  # a hard link: the same file under another name
+    assert herl("train", "--resume", run.parent) == 2
+    assert "hard link" in capsys.readouterr().err and victim.read_text() == "my notes"
+    (run / "train.pid").unlink()
+
+    outside = tmp_path / "photos"
+    shutil.move(run / "checkpoints", outside)
+    (outside / ".tmp-album").mkdir()
+    (run / "checkpoints").symlink_to(outside, target_is_directory=True)
+    before = sorted(p.name for p in outside.iterdir())
+    assert herl("train", "--resume", run.parent, "--timesteps", "400") == 2
+    assert "checkpoints is a symbolic link" in capsys.readouterr().err
+    assert sorted(p.name for p in outside.iterdir()) == before
+
+
 def test_a_damaged_latest_json_falls_back_to_the_newest_complete_checkpoint(finished: Path, tmp_path: Path) -> None:
     run = _copy(finished, tmp_path)
     pointer = run / "checkpoints" / "latest.json"
@@ -364,3 +397,22 @@ def test_a_run_refused_when_its_model_is_built_leaves_no_folder(tmp_path: Path,
     assert herl("train", *bad, "--run-dir", tmp_path / "mine") == 2
     assert (tmp_path / "mine").is_dir() and not list((tmp_path / "mine").iterdir())
     assert herl("train", *bad[:-2], "--run-dir", tmp_path / "new" / "run") == 0  # corrected: same folder
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--env", "herl/BitFlipping-v0", "--timesteps", "1e400"], "expected a whole number, got '1e400'"),
+    (["train", "--env", "herl/BitFlipping-v0", "--timesteps", "2.5e0"], "expected a whole number, got '2.5e0'"),
+    (["train", "--env", "herl/BitFlipping-v0", "--device", "tpu"], "'tpu' is no torch device"),
+    (["eval", "runs/x", "--device", "tpu"], "'tpu' is no torch device"),
+    (["export", "runs/x", "-o", "x.onnx", "--device", "cpu:x"], "'cpu:x' is no torch device"),
+])
+def test_bad_flag_values_are_the_flags_fault(argv, message, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        herl(*argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_whole_numbers_in_e_notation_are_taken() -> None:
+    from herl.cli import _positive_int
+
+    assert _positive_int("1e6") == 1_000_000 and _positive_int("2.5e1") == 25 and _positive_int("300") == 300

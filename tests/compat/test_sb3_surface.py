@@ -159,3 +159,52 @@ def test_random_action_prob_for_sac_replaces_that_share_of_exploration_actions()
 def test_plain_replay_buffer_models_have_the_same_attributes():
     model = TD3("MultiInputPolicy", BitFlippingEnv(4, continuous=True), **SMALL)
     assert isinstance(model.replay_buffer, ReplayBuffer) and model.policy.actor is model.actor
+
+
+class ScaledReach(BitFlippingEnv):
+    """A reward scaled by a number of the step's info, written as SB3 users write it: one info dict from step(), a
+    sequence of the stored info dicts from the HER buffer."""
+
+    def __init__(self):
+        super().__init__(4, continuous=True, max_steps=4)
+        self.scale = 1.0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.scale = 3.0 - self.scale  # 2, 1, 2, ...
+        info["scale"] = self.scale
+        return obs, reward * self.scale, terminated, truncated, info
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        base = super().compute_reward(achieved_goal, desired_goal, info)
+        if isinstance(info, dict):
+            return base * info.get("scale", 1.0)
+        return base * np.array([row.get("scale", 1.0) for row in info])
+
+
+@pytest.mark.parametrize("library", ["herl", "sb3"])
+def test_an_sb3_compute_reward_reads_copied_infos_by_row(library):
+    """With copy_info_dict, SB3 hands compute_reward an array of the stored info dicts; herl's info reads the same
+    way (and by entry, info["scale"]), so the env above relabels alike in both libraries."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    lib = sb3 if library == "sb3" else __import__("herl")
+    env = ScaledReach()
+    model = lib.SAC("MultiInputPolicy", env, replay_buffer_class=lib.HerReplayBuffer,
+                    replay_buffer_kwargs=dict(copy_info_dict=True), **SMALL)
+    model.learn(40)
+    batch = model.replay_buffer.sample(256, env=None) if library == "sb3" else model.replay_buffer.sample(256)
+    rewards = np.asarray(batch.rewards).ravel()
+    assert set(np.unique(rewards)) <= {0.0, -1.0, -2.0} and {-1.0, -2.0} <= set(np.unique(rewards))
+
+
+def test_info_batch_reads_by_entry_and_by_row():
+    from herl.buffers.goal_functions import InfoBatch
+
+    info = InfoBatch({"scale": np.array([1.0, 2.0, 3.0])}, 3)
+    assert len(info) == 3 and [row["scale"] for row in info] == [1.0, 2.0, 3.0] and info[-1] == {"scale": 3.0}
+    np.testing.assert_array_equal(info["scale"], [1.0, 2.0, 3.0])
+    assert "scale" in info and list(info.keys()) == ["scale"] and info.get("missing") is None
+    assert not isinstance(info, dict)
+    with pytest.raises(IndexError):
+        info[3]
+    assert [row for row in InfoBatch({}, 2)] == [{}, {}]  # without copy_info_dict: empty dicts, as SB3's

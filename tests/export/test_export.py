@@ -53,7 +53,11 @@ def test_onnx_argmax_equals_dqn_predict_on_bit_flipping(tmp_path):
     import onnxruntime
 
     inputs = onnxruntime.InferenceSession(str(path)).get_inputs()
-    assert [(i.name, i.type) for i in inputs] == [("observation", "tensor(int8)"), ("desired_goal", "tensor(int8)")]
+    assert [(i.name, i.type) for i in inputs] == [(k, "tensor(int8)") for k in ("achieved_goal", "desired_goal", "observation")]
+    chosen = herl.DQN("MultiInputPolicy", BitFlippingEnv(n_bits=6), policy_kwargs=dict(input_keys=["observation", "desired_goal"]))
+    path = chosen.export_onnx(tmp_path / "chosen.onnx")  # the inputs are the entries the networks read
+    inputs = onnxruntime.InferenceSession(str(path)).get_inputs()
+    assert [i.name for i in inputs] == ["observation", "desired_goal"]
 
 
 def test_torchscript_module_equals_predict(tmp_path):
@@ -62,7 +66,7 @@ def test_torchscript_module_equals_predict(tmp_path):
     module = torch.jit.load(str(path))
     space = model.observation_space
     space.seed(0)
-    obs = {k: np.stack([space[k].sample() for _ in range(50)]) for k in ("observation", "desired_goal")}
+    obs = {k: np.stack([space[k].sample() for _ in range(50)]) for k in space.spaces}
     got = module(*(torch.as_tensor(obs[s.name]) for s in input_specs(model))).numpy()
     np.testing.assert_allclose(got, model.predict(obs, deterministic=True)[0], atol=1e-6)
 
@@ -99,7 +103,8 @@ def test_herl_export_command(tmp_path, capsys):
     model.save(tmp_path / "model.zip")
     assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path / "p.onnx")]) == 0
     out = capsys.readouterr().out
-    assert "inputs: observation float32[batch, 4], desired_goal float32[batch, 2]" in out and "checked" in out
+    assert "inputs: achieved_goal float32[batch, 2], desired_goal float32[batch, 2], observation float32[batch, 4]" in out
+    assert "checked" in out
     assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path / "p.pt")]) == 0
     assert "TorchScript" in capsys.readouterr().out
 

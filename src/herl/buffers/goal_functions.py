@@ -55,6 +55,54 @@ def bind_goal_function(fn: GoalFunction) -> Callable[[np.ndarray, np.ndarray, An
     return lambda achieved, desired, info: fn(achieved_goal=achieved, **{desired_name: desired, info_name: info})
 
 
+class InfoBatch:
+    """The ``info`` a goal function gets with a batch of goals. By entry, as a dict of arrays with one row per goal
+    (``info["key"]``, ``info.get("key")``, ``keys()``, ``items()``, ``values()``, ``"key" in info``); by row, as
+    Stable-Baselines3's array of per-row info dicts (``info[i]["key"]``, ``for row in info``, ``len(info)``), so an
+    SB3 ``compute_reward`` runs unchanged. It is no ``dict``: a function that tells one step's info from a batch's
+    by ``isinstance(info, dict)`` (as SB3 users write) sees a batch."""
+
+    __slots__ = ("entries", "n_rows")
+
+    def __init__(self, entries: dict[str, np.ndarray], n_rows: int) -> None:
+        self.entries = entries
+        self.n_rows = n_rows
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return self.entries[key]
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not -self.n_rows <= key < self.n_rows:
+                raise IndexError(f"info row {key} of {self.n_rows}")
+            return {name: values[key] for name, values in self.entries.items()}
+        raise TypeError(f"info takes an entry's name (info['key']: its rows) or a row's index (info[i]: its dict), "
+                        f"got {key!r}")
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.entries
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.entries.get(key, default)
+
+    def keys(self):
+        return self.entries.keys()
+
+    def items(self):
+        return self.entries.items()
+
+    def values(self):
+        return self.entries.values()
+
+    def __iter__(self):  # over rows, as over SB3's array of dicts
+        return (self[i] for i in range(self.n_rows))
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    def __repr__(self) -> str:
+        return f"InfoBatch({self.entries!r}, n_rows={self.n_rows})"
+
+
 def _unwrap_gym_env(env: Any) -> Any:
     """The object whose compute_reward we call, for a gymnasium Env, vector env or SB3 VecEnv."""
     import gymnasium as gym
@@ -129,7 +177,10 @@ def probe_vectorized(
     try:
         result = np.asarray(call(achieved, desired, info))
     except Exception as err:  # the user's code: any failure is reported with the fix
-        raise ValueError(f"{what} failed on a batch of 2 goals ({type(err).__name__}: {err}). {fix}") from err
+        raise ValueError(f"{what} failed on a batch of 2 goals ({type(err).__name__}: {err}). {fix}; its info holds "
+                         f"the stored info entries ({sorted(info.keys()) if hasattr(info, 'keys') else info!r}; "
+                         "HerReplayBuffer(copy_info_dict=True) stores the step's numbers) by name and by row: "
+                         "info['key'] or info[i]['key']") from err
     if result.shape == () and what == "compute_terminated":
         return  # a constant (gymnasium-robotics' Fetch returns False for any batch): it broadcasts when relabeling
     if result.shape not in ((2,), (2, 1)):

@@ -24,6 +24,7 @@ import torch
 from gymnasium import spaces
 
 from herl.buffers.goal_functions import (
+    InfoBatch,
     bind_goal_function,
     env_goal_function,
     goal_function_values,
@@ -327,13 +328,13 @@ class HerReplayBuffer(ReplayBuffer):
                 raise
         self._probe_done = True
 
-    def _probe_info(self) -> dict[str, np.ndarray]:
+    def _probe_info(self) -> InfoBatch:
         fields = self.storage.transition_fields
         info = {k[len(INFO_PREFIX):]: np.zeros((2, *s.shape), s.dtype) for k, s in fields.items() if k.startswith(INFO_PREFIX)}
         for name in self.reward_context:
             spec = fields["action"] if name == "action" else self.storage.state_fields[name.removeprefix("next_")]
             info[name] = np.zeros((2, *spec.shape), spec.dtype)
-        return info
+        return InfoBatch(info, 2)
 
     def set_env(self, env: Any) -> None:
         """Use ``env``'s goal functions from now on (explicit compute_reward/compute_terminated still win)."""
@@ -642,7 +643,8 @@ class HerReplayBuffer(ReplayBuffer):
             info = self._reward_info(step, slice(None))
             achieved = step.next_state("achieved_goal")
         else:
-            info, achieved = {}, storage.next_state("achieved_goal", at)
+            achieved = storage.next_state("achieved_goal", at)
+            info = InfoBatch({}, len(achieved))
         achieved, goals = to_numpy(achieved), to_numpy(goals)
         n = len(at)
         rewards = goal_function_values(self._compute_reward(achieved, goals, info), n, "compute_reward")
@@ -678,8 +680,9 @@ class HerReplayBuffer(ReplayBuffer):
             terminated = batch.transition("terminated")
             terminated[rows] = done if isinstance(terminated, np.ndarray) else torch.from_numpy(done).to(terminated.device)
 
-    def _reward_info(self, batch: GatheredRows, rows: slice) -> dict[str, np.ndarray]:
-        """The ``info`` that ``compute_reward`` gets for ``rows`` of ``batch``: stored info entries and reward context."""
+    def _reward_info(self, batch: GatheredRows, rows: slice) -> InfoBatch:
+        """The ``info`` that ``compute_reward`` gets for ``rows`` of ``batch``: stored info entries and reward
+        context, by entry and by row (:class:`~herl.buffers.goal_functions.InfoBatch`)."""
         info = {name[len(INFO_PREFIX):]: to_numpy(batch.transition(name)[rows]) for name in self._info_specs}
         for name in self.reward_context:
             if name == "action":
@@ -688,7 +691,7 @@ class HerReplayBuffer(ReplayBuffer):
                 info[name] = to_numpy(batch.next_state(name[len("next_"):])[rows])
             else:
                 info[name] = to_numpy(batch.state(name)[rows])
-        return info
+        return InfoBatch(info, len(batch.next_state("achieved_goal")[rows]))
 
     def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
         """Goals to relabel the transitions at ``flat`` with (copies, never views of storage): the strategy's

@@ -20,6 +20,7 @@ import torch
 from gymnasium import spaces
 
 from herl.buffers import HerReplayBuffer
+from herl.buffers.goal_functions import InfoBatch, bind_goal_function
 from herl.errors import NON_NEGATIVE_INT, as_integer
 
 # The engine's samples carry terminations only (as `dones`); truncation flags ride along as an
@@ -206,7 +207,13 @@ def _reward_source(reward_fn: Any) -> tuple[Any, Callable | None]:
     if hasattr(reward_fn, "compute_reward") or isinstance(reward_fn, (gym.Env, gym.vector.VectorEnv)):
         return reward_fn, None
     if callable(reward_fn):
-        return None, reward_fn
+        call = bind_goal_function(reward_fn)
+
+        def compute_reward(achieved_goal: Any, desired_goal: Any, info: Any) -> Any:
+            # rllte hands reward_fn the copied info entries as a dict of arrays
+            return call(achieved_goal, desired_goal, info.entries if isinstance(info, InfoBatch) else info)
+
+        return None, compute_reward
     raise TypeError(
         f"reward_fn must be a goal env (with compute_reward) or a callable, got {type(reward_fn).__name__}"
     )

@@ -24,7 +24,7 @@ import torch
 from gymnasium import spaces
 
 from herl.buffers import HerReplayBuffer, ReplayBuffer
-from herl.buffers.goal_functions import bind_goal_function, env_goal_function
+from herl.buffers.goal_functions import InfoBatch, bind_goal_function, env_goal_function
 from herl.buffers.her import GOAL_KEYS, check_goal_space
 from herl.buffers.strategies import GoalSelectionStrategy, parse_strategy
 from herl.errors import NON_NEGATIVE_INT, as_integer, integer
@@ -115,7 +115,7 @@ class _PerGoalReward:
                 self._per_goal = False
                 return result
             self._per_goal = True
-        rows = [info] * n if not isinstance(info, Mapping) else [{k: v[i] for k, v in info.items()} for i in range(n)]
+        rows = list(info) if isinstance(info, InfoBatch) else [info] * n
         return np.stack([np.asarray(self._call(a, d, i)) for a, d, i in zip(achieved_goal, desired_goal, rows)])
 
 

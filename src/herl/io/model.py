@@ -228,6 +228,9 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     from it (a file cannot set ``tensorboard_log``, which says where training writes), and the verbosity (0, 1 or 2)
     the model was saved with, as SB3 keeps it.
     """
+    from herl.utils import get_device
+
+    device = get_device(device, stacklevel=4)  # the caller's argument, checked before the file: its errors are its own
     path = model_path(path, reading=True)
     meta, arrays = read_archive(path, kind=MODEL_KIND, max_version=MODEL_VERSION)
     algorithm = _field(meta, "algorithm", str)
@@ -248,8 +251,10 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
         buffer_class = classes.buffers.get(meta.get("replay_buffer_class"), classes.buffers["ReplayBuffer"])
         kwargs: dict[str, Any] = {
             **config,
-            # files from before features extractors read the flat inputs
-            "policy_kwargs": {"features_extractor_class": None, **_field(meta, "policy_kwargs", dict)},
+            # files from before features extractors read the flat inputs; from before input_keys, a goal env's
+            # observation and desired goal
+            "policy_kwargs": {"features_extractor_class": None, "input_keys": _former_input_keys(obs_space),
+                              **_field(meta, "policy_kwargs", dict)},
             "action_noise": classes.action_noise(_field(meta, "action_noise", (dict, type(None)))),
             "replay_buffer_class": buffer_class,
             # settings the buffer no longer has are left out, with a note (HerReplayBuffer.settings_from_file)
@@ -391,6 +396,19 @@ def _restore_training_state(path: Path, model: Any, meta: dict[str, Any]) -> Non
             noise.noise_prev = prev
     except (KeyError, TypeError, ValueError) as err:
         raise ArchiveError(f"{path}: its action noise state is damaged ({type(err).__name__}: {err})") from err
+
+
+def _former_input_keys(observation_space: Any) -> list[str] | None:
+    """What a model's networks read before ``input_keys`` was saved: a goal env's observation and desired goal,
+    every key of another Dict space (a flat space has no keys to choose)."""
+    from gymnasium import spaces
+
+    if not isinstance(observation_space, spaces.Dict):
+        return None
+    keys = observation_space.spaces
+    if all(k in keys for k in ("observation", "achieved_goal", "desired_goal")):
+        return ["observation", "desired_goal"]
+    return sorted(keys)
 
 
 def _with_env(model: Any, cls: type, policy: str, env: Any, device: Any, kwargs: dict[str, Any],

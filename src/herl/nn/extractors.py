@@ -11,8 +11,8 @@ form, as Stable-Baselines3 preprocesses them:
   herl transposes inside the network, so observations, the replay buffer and ``predict`` keep the env's layout);
 - a Discrete entry becomes a one-hot vector, a MultiDiscrete entry one one-hot vector per dimension, a MultiBinary
   entry its bits as floats;
-- a Dict observation becomes a dict of those tensors, with the entries the networks read (a goal env's
-  ``observation`` and ``desired_goal``: see :func:`herl.nn.policies.input_keys`).
+- a Dict observation becomes a dict of those tensors, with the entries the networks read (all of them unless
+  ``policy_kwargs`` ``input_keys`` chooses: see :func:`herl.nn.policies.input_keys`).
 
 The extractor is built for the space of that form (:attr:`ExtractorInput.space`: images channels-first), so an
 extractor written for SB3 (a subclass of SB3's ``BaseFeaturesExtractor``, or of :class:`BaseFeaturesExtractor`

@@ -16,19 +16,28 @@ from herl.nn.extractors import ReadsFeatures
 from herl.nn.mlp import MLP
 from herl.nn.normalizer import RunningNormalizer
 
-# A goal policy sees the state and the goal it is asked for; achieved_goal is a function of the
-# state (HER paper, section 4; OpenAI baselines feeds o and g only), so it is left out.
-GOAL_INPUT_KEYS = ("observation", "desired_goal")
+# Which observation entries the networks read. Every entry of a Dict observation, as SB3's MultiInputPolicy: an
+# env may keep part of the state in achieved_goal alone (AntMaze's position is not in its observation). OpenAI
+# baselines fed a goal policy the observation and the desired goal only (achieved_goal is a function of the state
+# there): policy_kwargs input_keys chooses so, and models saved before input_keys existed read that way.
 
 
-def input_keys(observation_space: spaces.Space) -> tuple[str, ...]:
-    """Which observation entries the networks read, in order: a goal env's observation and desired goal,
-    every key (sorted) of another Dict space, or the whole flat observation (``"obs"``)."""
-    if isinstance(observation_space, spaces.Dict):
-        if all(k in observation_space.spaces for k in (*GOAL_INPUT_KEYS, "achieved_goal")):
-            return GOAL_INPUT_KEYS
+def input_keys(observation_space: spaces.Space, chosen: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Which observation entries the networks read, in order: ``chosen`` (checked against a Dict space's keys), else
+    every key of a Dict space (sorted, as gymnasium's Dict holds them), or the whole flat observation (``"obs"``)."""
+    if not isinstance(observation_space, spaces.Dict):
+        if chosen is not None:
+            raise ValueError(f"policy_kwargs input_keys={list(chosen)} chooses entries of a Dict observation; this "
+                             f"env's observation space is {observation_space}: leave input_keys out")
+        return ("obs",)
+    if chosen is None:
         return tuple(sorted(observation_space.spaces))
-    return ("obs",)
+    chosen = tuple(chosen)
+    unknown = [k for k in chosen if k not in observation_space.spaces]
+    if not chosen or unknown or len(set(chosen)) != len(chosen):
+        raise ValueError(f"policy_kwargs input_keys={list(chosen)}: give distinct keys of the observation, which has "
+                         f"{sorted(observation_space.spaces)}" + (f" (not {unknown})" if unknown else ""))
+    return chosen
 
 
 def _flat_size(space: spaces.Space) -> int:
@@ -45,9 +54,10 @@ class ObservationEncoder(nn.Module):
     Discrete entries are read as their integer value (normalization then scales them).
     """
 
-    def __init__(self, observation_space: spaces.Space, *, normalize: bool, clip_range: float = 5.0) -> None:
+    def __init__(self, observation_space: spaces.Space, *, normalize: bool, clip_range: float = 5.0,
+                 keys: Sequence[str] | None = None) -> None:
         super().__init__()
-        self.keys = input_keys(observation_space)
+        self.keys = input_keys(observation_space, keys)
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {"obs": observation_space}
         self.dim = sum(_flat_size(subspaces[k]) for k in self.keys)
         self.dict_obs = isinstance(observation_space, spaces.Dict)

@@ -34,7 +34,7 @@ import torch
 from herl.errors import NonFiniteError
 from herl.io.atomic import atomic_write, fsync_folder
 from herl.run.checkpoint import BATCHED_RUN_FILE as RUN_STATE_FILE
-from herl.run.checkpoint import CHECKPOINTS, LATEST, MODEL_FILE, Checkpoint, atomic_write_text, \
+from herl.run.checkpoint import LATEST, MODEL_FILE, Checkpoint, atomic_write_text, checkpoints_folder, \
     latest_checkpoint, remove_partial_checkpoints, share_like_new_files
 from herl.run.config import TrainConfig, algorithm_class
 from herl.run.errors import CLIError, Interrupted
@@ -204,7 +204,7 @@ def _name(step: int) -> str:
 def write_checkpoint(run_dir: Path, trainer: Any, *, wall_time: float, keep: int) -> Checkpoint:
     """Save the trainer into ``checkpoints/step_<N>/`` (through a temporary folder renamed into place when
     complete), name it in ``latest.json``, keep the ``keep`` newest."""
-    root = Path(run_dir) / CHECKPOINTS
+    root = checkpoints_folder(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     step = trainer.model.num_timesteps
     latest = latest_checkpoint(run_dir)
@@ -229,7 +229,7 @@ def remove_partial(run_dir: Path) -> None:
     """Delete what a process killed while writing left: the regular run's leftovers, and the temporary folders of
     :meth:`BatchedTrainer.save` (``.<name>.<random>.tmp``). Call it holding the run's lock."""
     remove_partial_checkpoints(run_dir)
-    for tmp in (Path(run_dir) / CHECKPOINTS).glob(".*.tmp"):
+    for tmp in checkpoints_folder(run_dir).glob(".*.tmp"):
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
 

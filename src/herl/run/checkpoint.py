@@ -61,6 +61,18 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, text)
 
 
+def checkpoints_folder(run_dir: Path) -> Path:
+    """``run_dir/checkpoints``, which herl writes, reads and prunes; refused when it is a symbolic link, so that a run
+    folder from elsewhere cannot make a resume delete or write files outside it."""
+    root = Path(run_dir) / CHECKPOINTS
+    if root.is_symlink():
+        from herl.run.errors import CLIError
+
+        raise CLIError(f"{root} is a symbolic link: herl keeps a run's checkpoints inside its folder and never follows a "
+                       f"link out of it (it deletes and writes there); move the checkpoints into {Path(run_dir)}")
+    return root
+
+
 def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
     """The checkpoint ``latest.json`` names, or None when the run has none yet.
 
@@ -68,7 +80,7 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
     outside it), or names one that is incomplete, is not trusted: the newest complete checkpoint is used instead, with a
     warning that says so (issue 10).
     """
-    root = Path(run_dir) / CHECKPOINTS
+    root = checkpoints_folder(run_dir)
     pointer = root / LATEST
     if not pointer.exists():
         found = complete_checkpoints(run_dir)
@@ -92,7 +104,7 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
 def complete_checkpoints(run_dir: Path) -> list[Checkpoint]:
     """The checkpoint folders of ``run_dir`` that hold every file, newest first."""
     out = []
-    for path in (Path(run_dir) / CHECKPOINTS).glob("step_*"):
+    for path in checkpoints_folder(run_dir).glob("step_*"):
         suffix = path.name[len("step_"):]
         if suffix.isdigit() and _complete(path):
             out.append(Checkpoint(path, int(suffix)))
@@ -114,7 +126,7 @@ def _complete(path: Path) -> bool:
 
 def write_checkpoint(run_dir: Path, model: Any, env: Any, *, wall_time: float, keep: int = 2) -> Checkpoint:
     """Save everything a run needs to continue exactly; keep the ``keep`` newest checkpoints."""
-    root = Path(run_dir) / CHECKPOINTS
+    root = checkpoints_folder(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     step = model.num_timesteps
     latest = latest_checkpoint(run_dir)
@@ -143,9 +155,10 @@ def remove_partial_checkpoints(run_dir: Path) -> None:
     """Delete what a process killed while writing left behind: temporary checkpoint folders, and the temporary files
     of atomic writes (``.<name>.<random>.tmp``) in the run folder and its checkpoints. Call it holding the run's lock."""
     run_dir = Path(run_dir)
-    for tmp in (run_dir / CHECKPOINTS).glob(".tmp-*"):
+    root = checkpoints_folder(run_dir)
+    for tmp in root.glob(".tmp-*"):
         shutil.rmtree(tmp, ignore_errors=True)
-    for folder in (run_dir, run_dir / CHECKPOINTS):
+    for folder in (run_dir, root):
         for tmp in folder.glob(".*.tmp"):
             if tmp.is_file():
                 tmp.unlink(missing_ok=True)

@@ -95,6 +95,9 @@ class PolicySettings:
     """One extractor for the actor and the critics; None: one each."""
     normalize_images: bool | None = None
     """The extractor reads uint8 images scaled to [0, 1]; None: yes."""
+    input_keys: tuple[str, ...] | None = None
+    """The entries of a Dict observation the networks read, e.g. ["observation", "desired_goal"] (a goal policy fed
+    the state and the goal, as OpenAI baselines did); None: all of them, as SB3's MultiInputPolicy."""
 
     def to_policy_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"activation_fn": self.activation_fn, "precision": self.precision}
@@ -103,7 +106,7 @@ class PolicySettings:
         elif self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
         for name in ("layer_norm", "n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps",
-                     "features_extractor_kwargs", "share_features_extractor", "normalize_images"):
+                     "features_extractor_kwargs", "share_features_extractor", "normalize_images", "input_keys"):
             if getattr(self, name) is not None:
                 kwargs[name] = dict(getattr(self, name)) if name == "features_extractor_kwargs" else getattr(self, name)
         if self.features_extractor is not None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import multiprocessing
 import os
 import shlex
 import signal
+import stat
 import sys
 import threading
 import time
@@ -377,8 +379,18 @@ def _claim(run_dir: Path):
         with _exclusive_create(lock):
             yield
         return
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:  # never through a link: a run folder from elsewhere could point its lock at any file of the user's
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        raise CLIError(f"{lock} is a symbolic link: herl writes which process trains the run there and never "
+                       "follows a link out of the run folder; remove the link") from None
     try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            raise CLIError(f"{lock} is not a file of its own (a device, a pipe or a hard link to another file): "
+                           "remove it, and herl writes a new one")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

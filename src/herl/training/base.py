@@ -176,7 +176,9 @@ class OffPolicyAlgorithm:
         self.action_space = action_space
         self.n_envs = self.env.n_envs if self.env is not None else 1
 
-        keys = input_keys(observation_space)
+        keys = input_keys(observation_space, self.policy_config.input_keys)
+        if isinstance(observation_space, spaces.Dict):  # saved as resolved: a file says what its networks read
+            self.policy_config = dataclasses.replace(self.policy_config, input_keys=keys)
         self.policy_config = _resolve_extractor(policy, self.policy_config, observation_space, keys)
         self.check_policy_config(self.policy_config)
         reads_images = self.policy_config.features_extractor is not None and has_images(observation_space, keys)
@@ -187,7 +189,8 @@ class OffPolicyAlgorithm:
             raise ValueError(f"normalize_observations=True with image observations read by the features extractor "
                              f"{self.policy_config.features_extractor}: the network scales images itself "
                              "(policy_kwargs normalize_images); set normalize_observations=False")
-        self.encoder = ObservationEncoder(observation_space, normalize=normalize, clip_range=self.config.clip_observations)
+        self.encoder = ObservationEncoder(observation_space, normalize=normalize, clip_range=self.config.clip_observations,
+                                          keys=keys if isinstance(observation_space, spaces.Dict) else None)
         self._target_bounds = self.config.target_bounds()
         self.nets = Policy(self, {"encoder": self.encoder})
         self.policy = self.nets  # SB3's name: users read model.policy.actor, .state_dict(), .predict(...)

@@ -224,6 +224,10 @@ class PolicyConfig:
     optimizer_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the optimizer beside its step size (``learning_rate``), e.g. ``weight_decay``: JSON
     values."""
+    input_keys: tuple[str, ...] | None = None
+    """The entries of a Dict observation the networks read, in order; None: all of them (SB3's MultiInputPolicy),
+    which the model resolves when it is made and saves. ``("observation", "desired_goal")`` feeds a goal policy the
+    state and the goal only, as OpenAI baselines did (models saved before this setting existed read so)."""
 
     @property
     def actor_layer_norm(self) -> bool:
@@ -274,14 +278,19 @@ class PolicyConfig:
         layer_norm = kwargs.pop("layer_norm", False)
         features = _features_settings(kwargs)
         optimizer = _optimizer_settings(kwargs)
+        keys = kwargs.pop("input_keys", None)
+        if keys is not None:
+            if isinstance(keys, str) or not isinstance(keys, Sequence) or not all(isinstance(k, str) for k in keys):
+                raise TypeError(f"policy_kwargs input_keys must be a list of observation keys, got {keys!r}")
+            keys = tuple(keys)
         if kwargs.pop("use_sde", False):  # SB3 writes use_sde=False into policy_kwargs; only True is unsupported
             raise ValueError(SDE_REFUSAL)
         if kwargs:
             known = ["net_arch", "activation_fn", "n_critics", "precision", "layer_norm", *FEATURES_KWARGS,
-                     "optimizer_class", "optimizer_kwargs", *option_defaults]
+                     "optimizer_class", "optimizer_kwargs", "input_keys", *option_defaults]
             raise TypeError(f"unsupported policy_kwargs {sorted(kwargs)}: this algorithm reads {', '.join(known)}")
         return cls(_arch(actor, "net_arch"), _arch(critic, "net_arch"), activation, n_critics, options, precision,
-                   layer_norm, **features, **optimizer)
+                   layer_norm, **features, **optimizer, input_keys=keys)
 
     def __post_init__(self) -> None:
         for name in ("actor_arch", "critic_arch"):
@@ -306,6 +315,7 @@ class PolicyConfig:
                 # herl's Adam leaves no entry, so files of models that keep it read as before
                 **({"optimizer_class": self.optimizer_class, "optimizer_kwargs": dict(self.optimizer_kwargs)}
                    if self.optimizer_class is not None or self.optimizer_kwargs else {}),
+                **({"input_keys": list(self.input_keys)} if self.input_keys is not None else {}),
                 **self.options}
 
 
