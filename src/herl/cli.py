@@ -8,6 +8,8 @@ flags here and calls :mod:`herl.run`, where the work is done; mistakes a person 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import shlex
 import statistics
 import sys
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Train an agent. Settings come from the env's preset, then the flags, "
                                 "then --set. Each seed gets RUN_DIR/seed_<S>/.")
     _add_settings_flags(train)
-    train.add_argument("--seed", type=int, nargs="+", default=[0], metavar="S", help="one run per seed (default: 0)")
+    train.add_argument("--seed", type=_seed, nargs="+", default=[0], metavar="S", help="one run per seed (default: 0)")
     train.add_argument("--run-dir", type=Path, metavar="DIR", help="run folder (default: runs/<env>_<algo>_<time>)")
     train.add_argument("--jobs", type=_positive_int, default=1, metavar="J", help="seeds trained in parallel processes")
     train.add_argument("--resume", type=Path, metavar="RUN_DIR",
@@ -72,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "logint:LOW:HIGH, choice:A,B,... (repeatable)")
     sweep.add_argument("--trials", type=_positive_int, default=20, metavar="N",
                        help="settings sampled by --search (default: 20)")
-    sweep.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of --search trials, and of "
+    sweep.add_argument("--seed", type=_seed, default=0, metavar="S", help="the seed of --search trials, and of "
                        "the sampler (default: 0)")
     sweep.add_argument("--metric", default="eval/success_rate", help="what --search optimizes and the summary "
                        "ranks by (default: eval/success_rate)")
@@ -97,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="act with the deterministic policy (default: yes)")
     evaluate.add_argument("--env", metavar="ID", help="env id (default: the run's; needed for a bare model file)")
     evaluate.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE", help="env arguments")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of the evaluation episodes (default: 0)")
+    evaluate.add_argument("--seed", type=_seed, default=0, help="seed of the evaluation episodes (default: 0)")
     evaluate.add_argument("--device", type=_device, default="auto", help="torch device (default: auto)")
     evaluate.add_argument("--video", type=Path, metavar="OUT.mp4", help="also record episodes to a .mp4 or .gif")
     evaluate.add_argument("--video-episodes", type=_positive_int, default=None, metavar="N",
@@ -134,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="herl's scripted expert for the env (Fetch tasks), or a model file or run folder")
     rec.add_argument("--episodes", type=_positive_int, default=100, help="episodes to record (default: 100)")
     rec.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="dataset folder to write")
-    rec.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    rec.add_argument("--seed", type=_seed, default=0, help="seed of the first episode (default: 0)")
     rec.add_argument("--successful-only", action="store_true", help="keep only successful episodes (runs more)")
     rec.add_argument("--algo", choices=ALGOS, help="the algorithm whose preset settings choose the env (default: "
                      "the preset's), as in herl train")
@@ -218,6 +220,16 @@ def _device(text: str) -> str:
     return text
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {value}")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     return 0 if text.strip() == "0" else _positive_int(text)
 
@@ -256,6 +268,17 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as err:
         print(f"herl {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except ImportError as err:  # an optional package the command needs (herl's message names the pip command)
+        print(f"herl {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno is None:
+            raise
+        # the file system's refusal (a file where a folder should be, no permission, a read-only or full disk): what
+        # was written before stays (files are written to temporary names and renamed)
+        print(f"herl {args.command}: error: {err.strerror}: {err.filename or ''}"
+              + (f" -> {err.filename2}" if err.filename2 else ""), file=sys.stderr)
+        return 2
     except KeyboardInterrupt as err:
         print(f"\nherl {args.command}: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr)
         return 130
@@ -267,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from herl.run.envs import action_repeat
-    from herl.run.folders import find_seed_runs, read_config
+    from herl.run.folders import CONFIG_FILE, PLAN_FILE, find_seed_runs, planned_runs, read_config, write_plan
     from herl.run.train import run_parallel
 
     if args.resume is not None:
@@ -279,34 +302,53 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if given or args.seed != [0]:
             raise CLIError(f"--resume continues a run with its own settings; it takes --timesteps, --jobs, "
                            f"--progress, --address, --cpus and --env (to confirm its env), not {', '.join(given) or '--seed'}")
-        run_configs = {run: read_config(run) for run in find_seed_runs(args.resume)}
+        pending = planned_runs(args.resume)  # seeds the stopped command never reached: started now
+        if args.timesteps is not None:
+            pending = {run: dataclasses.replace(config, timesteps=args.timesteps) for run, config in pending.items()}
+        run_configs = {run: read_config(run) for run in find_seed_runs(args.resume, planned=bool(pending))}
         # before any worker makes the env, which would import a module:Id env's module
-        for run, config in run_configs.items():
+        for run, config in [*run_configs.items(), *pending.items()]:
             env_id = config.env
             if args.env is None:
                 _confirm_env_module(env_id, run)
             elif args.env != env_id:
                 raise CLIError(f"{run} trains the env {env_id!r}; with --resume, --env only confirms that id "
                                f"(--env {shlex.quote(env_id)}), it cannot change it")
-        n_runs = len(run_configs)
+        n_runs = len(run_configs) + len(pending)
         parallel = min(args.jobs, n_runs)
+        started = f" ({len(pending)} of them not started before: {', '.join(run.name for run in pending)})" \
+            if pending else ""
         if n_runs == 1:
-            print(f"herl train: resuming 1 run in {args.resume}", flush=True)
+            print(f"herl train: resuming 1 run in {args.resume}{started}", flush=True)
         else:
             pace = f"{parallel} at once" if parallel > 1 else f"one at a time (--jobs {n_runs} trains them at once)"
-            print(f"herl train: resuming {n_runs} runs in {args.resume}, {pace}", flush=True)
+            print(f"herl train: resuming {n_runs} runs in {args.resume}{started}, {pace}", flush=True)
+        every = [*run_configs.values(), *pending.values()]
         fits = {threads: _threads_beside(threads, parallel, explicit=False)
-                for threads in sorted({config.threads for config in run_configs.values()})}
-        workers = max(config.workers for config in run_configs.values())
+                for threads in sorted({config.threads for config in every})}
+        workers = max(config.workers for config in every)
         jobs = [(_runner(config.env, "resume_run"), {"run_dir": run, "timesteps": args.timesteps,
                                                       "progress": args.progress, "threads": fits[config.threads],
                                                       **_worker_learner(config.workers and workers)})
                 for run, config in run_configs.items()]
+        jobs += [(_runner(config.env, "start_run"),
+                  {"config": config if fits[config.threads] is None else dataclasses.replace(
+                      config, threads=fits[config.threads]),
+                   "run_dir": run, "progress": args.progress, **_worker_learner(config.workers and workers)})
+                 for run, config in pending.items()]
+        jobs.sort(key=lambda job: _seed_position(job[1]["run_dir"]))
         with _ray_for(args, workers):
             _print_summaries(run_parallel(jobs, args.jobs))
         return 0
     configs, run_dir = _train_configs(args)
     configs = _share_cores(args, configs)
+    clash = next((folder for folder in (run_dir, *run_dir.parents) if folder.exists() and not folder.is_dir()), None)
+    if clash is not None:
+        raise CLIError(f"--run-dir {run_dir}: {clash} is a file, not a folder: choose another --run-dir")
+    made = [folder for folder in run_dir.parents if not folder.exists()]  # deepest first; removed if no run starts
+    if args.run_dir is None:  # named to the second: a command started in the same second must not share it
+        run_dir = _claim_default_folder(run_dir)
+        made.insert(0, run_dir)
 
     existing = [run_dir / f"seed_{c.seed}" for c in configs if (run_dir / f"seed_{c.seed}" / "config.json").exists()]
     if existing:
@@ -333,11 +375,42 @@ def _cmd_train(args: argparse.Namespace) -> int:
     jobs = [(_runner(c.env, "start_run"), {"config": c, "run_dir": run_dir / f"seed_{c.seed}",
                                             "progress": args.progress, **_worker_learner(config.workers)})
             for c in configs]
-    with _ray_for(args, config.workers):
-        _print_summaries(run_parallel(jobs, args.jobs))
+    if not run_dir.exists():
+        made.insert(0, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_plan(run_dir, {f"seed_{c.seed}": c for c in configs})  # so that --resume starts what a stop left unstarted
+    try:
+        with _ray_for(args, config.workers):
+            _print_summaries(run_parallel(jobs, args.jobs))
+    except BaseException:
+        if not any((run_dir / f"seed_{c.seed}" / CONFIG_FILE).exists() for c in configs):
+            # no run started (a setting refused when the model is built): nothing to resume, no folder to leave
+            (run_dir / PLAN_FILE).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                for folder in made:
+                    folder.rmdir()  # not empty (something else wrote there): stops, leaving it
+        raise
     quoted = shlex.quote(str(run_dir))
     print(f"curves: herl plot {quoted}    evaluation: herl eval {quoted}    tensorboard --logdir {quoted}")
     return 0
+
+
+def _claim_default_folder(path: Path) -> Path:
+    """``path``, or ``path_2``, ``path_3``, ...: the first one this process creates itself."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        candidate = path if n == 1 else path.with_name(f"{path.name}_{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise CLIError(f"{path.parent} holds {path.name} and 998 more of its name: give --run-dir")
+
+
+def _seed_position(run_dir: Path) -> tuple[int, str]:
+    suffix = Path(run_dir).name.rpartition("_")[2]
+    return (int(suffix) if suffix.isdigit() else 1 << 30, Path(run_dir).name)
 
 
 def _runner(env_id: str, name: str) -> Any:

@@ -106,6 +106,46 @@ def test_a_sigterm_to_the_parent_of_parallel_seeds_reaches_every_worker(tmp_path
     assert f"herl train --resume {tmp_path}" in err
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_workers_whose_parent_is_killed_write_a_checkpoint_and_exit(tmp_path: Path) -> None:
+    """``--jobs 2`` killed with SIGKILL (nothing to pass on): each worker notices its parent is gone, writes its
+    checkpoint, releases its run and exits, and the folder resumes (the third seed, queued, starts or resumes then)."""
+    args = [*TINY, "--timesteps", "200000", "--set", "checkpoint.freq=100000", "--set", "eval.freq=0"]
+    process = subprocess.Popen([sys.executable, "-m", "herl", "train", *args, "--seed", "0", "1", "2", "--jobs", "2",
+                                "--run-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    runs = [tmp_path / "seed_0", tmp_path / "seed_1"]
+    deadline = time.monotonic() + 600
+    while not all((run / "progress.csv").exists() and (run / "progress.csv").stat().st_size > 200 for run in runs):
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    workers = [int((run / "train.pid").read_text()) for run in runs]
+    process.kill()
+    process.communicate()
+    deadline = time.monotonic() + 180
+    while any(_alive(pid) for pid in workers):
+        if time.monotonic() > deadline:
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            raise AssertionError("a worker outlived its parent")
+        time.sleep(0.1)
+    for run in runs:
+        assert latest_checkpoint(run).step > 0  # written when the parent was found gone
+    assert herl("train", "--resume", tmp_path, "--timesteps", "400") == 0
+    assert all((tmp_path / f"seed_{seed}" / "summary.json").exists() for seed in range(3))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie (exited, not yet reaped by init) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    return True
+
+
 def test_an_explicit_buffer_size_is_kept_and_a_chosen_one_is_said(tmp_path: Path) -> None:
     assert herl("train", *TINY, "--timesteps", "100", "--set", "buffer_size=50000", "--run-dir", tmp_path / "a") == 0
     config = json.loads((tmp_path / "a" / "seed_0" / "config.json").read_text())
@@ -416,3 +456,91 @@ def test_whole_numbers_in_e_notation_are_taken() -> None:
     from herl.cli import _positive_int
 
     assert _positive_int("1e6") == 1_000_000 and _positive_int("2.5e1") == 25 and _positive_int("300") == 300
+
+
+def test_resume_starts_the_seeds_a_stopped_command_never_reached(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A command of several seeds records them (seeds.json) before the first starts. Stopped before a seed started
+    (its folder missing, or holding only the lock a kill -9 left), `--resume` of the folder starts it, with the
+    settings the command gave it: the same run as one never stopped."""
+    from test_cli import assert_same_weights_and_optimizer_states
+
+    from herl import DQN
+
+    assert herl("train", *TINY, "--seed", "0", "1", "2", "--run-dir", tmp_path / "whole") == 0
+    stopped = tmp_path / "stopped"
+    assert herl("train", *TINY, "--seed", "0", "1", "2", "--run-dir", stopped) == 0
+    assert (stopped / "seeds.json").is_file()
+    shutil.rmtree(stopped / "seed_1")  # never started
+    for entry in (stopped / "seed_2").iterdir():  # killed before its settings were written: the lock alone left
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    (stopped / "seed_2" / "train.pid").write_text("12345")
+    capsys.readouterr()
+    assert herl("train", "--resume", stopped) == 0
+    out = capsys.readouterr().out
+    assert "resuming 3 runs" in out and "(2 of them not started before: seed_1, seed_2)" in out
+    for seed in ("seed_1", "seed_2"):
+        assert_same_weights_and_optimizer_states(DQN.load(tmp_path / "whole" / seed / "model.zip"),
+                                                 DQN.load(stopped / seed / "model.zip"))
+    (stopped / "seeds.json").write_text("{not json")
+    assert herl("train", "--resume", stopped) == 2
+    assert "seeds.json is damaged" in capsys.readouterr().err
+
+
+def test_default_run_folders_of_one_second_are_not_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The default folder is named to the second: commands started in the same second get one each."""
+    import herl.run.train as train
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train.time, "strftime", lambda fmt: "20261129-120000")
+    for _ in range(3):
+        assert herl("train", *TINY) == 0
+    names = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert names == ["herl_BitFlipping-v0_dqn_20261129-120000", "herl_BitFlipping-v0_dqn_20261129-120000_2",
+                     "herl_BitFlipping-v0_dqn_20261129-120000_3"]
+    assert all((tmp_path / "runs" / name / "seed_0" / "model.zip").exists() for name in names)
+
+
+def test_file_system_refusals_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "afile").write_text("mine")
+    for run_dir in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        assert herl("train", *TINY, "--run-dir", run_dir) == 2
+        assert "afile is a file, not a folder: choose another --run-dir" in capsys.readouterr().err
+    assert (tmp_path / "afile").read_text() == "mine"
+    import errno
+
+    import herl.run.train as train
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "seed_0" / "progress.csv"))
+
+    monkeypatch.setattr(train, "_start", full_disk)
+    assert herl("train", *TINY, "--run-dir", tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == f"herl train: error: No space left on device: {tmp_path / 'run' / 'seed_0' / 'progress.csv'}"
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["eval", "runs/x"], ["train", "--env", "herl/BitFlipping-v0"]])
+def test_a_negative_seed_is_the_flags_fault(command, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        herl(*command, "--seed", "-5")
+    assert "a seed is a whole number >= 0, got -5" in capsys.readouterr().err
+
+
+def test_plot_names_a_progress_file_holding_no_number(finished: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(finished, tmp_path)
+    progress = run / "progress.csv"
+    lines = progress.read_text().splitlines()
+    header = lines[0].split(",")
+    column = header.index("eval/success_rate")
+    row = next(i for i, line in enumerate(lines[1:], 1) if line.split(",")[column])
+    cells = lines[row].split(",")
+    cells[column] = "abc"
+    lines[row] = ",".join(cells)
+    progress.write_text("\n".join(lines) + "\n")
+    assert herl("plot", run, "-o", tmp_path / "p.png") == 2
+    assert "progress.csv holds a value that is no number" in capsys.readouterr().err

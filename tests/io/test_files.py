@@ -53,6 +53,9 @@ def test_saved_files_get_the_permissions_of_new_files(tmp_path):
         buffer.save(tmp_path / "b.zip")
         assert (tmp_path / "b.zip").stat().st_mode & 0o777 == 0o644  # not tempfile's private 0600
         assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        os.chmod(tmp_path / "b.zip", 0o600)  # made private by its owner: saving over it keeps it private
+        buffer.save(tmp_path / "b.zip")
+        assert (tmp_path / "b.zip").stat().st_mode & 0o777 == 0o600
     finally:
         os.umask(mask)
 

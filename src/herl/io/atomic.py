@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,7 +96,7 @@ def atomic_path(path: str | os.PathLike, *, suffix: bool = False) -> Iterator[Pa
     tmp = Path(name)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes it private (0600)
+        os.chmod(tmp, _mode_of(path))  # mkstemp makes it private (0600)
         fd = os.open(tmp, os.O_RDWR)
         try:
             os.fsync(fd)  # on disk before the rename makes it the file (a power cut, not only a crash)
@@ -106,6 +107,16 @@ def atomic_path(path: str | os.PathLike, *, suffix: bool = False) -> Iterator[Pa
         tmp.unlink(missing_ok=True)
         raise
     fsync_folder(path.parent)
+
+
+def _mode_of(path: Path) -> int:
+    """The permissions the file written to ``path`` gets: those of the file it replaces (a private file stays
+    private), else a new file's."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return 0o666 & ~umask()
+    return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else 0o666 & ~umask()
 
 
 @contextlib.contextmanager

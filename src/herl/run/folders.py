@@ -14,6 +14,9 @@ from herl.run.errors import CLIError
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
+PLAN_FILE = "seeds.json"
+"""In a folder of seeds: each seed's settings as the command gave them, written before the first run starts, so that
+``herl train --resume`` starts the seeds a stopped command never reached."""
 
 
 def read_config(run_dir: Path) -> TrainConfig:
@@ -38,16 +41,47 @@ def read_config(run_dir: Path) -> TrainConfig:
                        "`herl train`: restore it, or start the run again in another folder") from None
 
 
-def find_seed_runs(path: Path) -> list[Path]:
-    """The run folders (those with a config.json) at ``path`` or one level below it."""
+def find_seed_runs(path: Path, *, planned: bool = False) -> list[Path]:
+    """The run folders (those with a config.json) at ``path`` or one level below it; none is an error unless
+    ``planned`` (the folder's plan names seeds still to start)."""
     path = Path(path)
     if (path / CONFIG_FILE).exists():
         return [path]
     _check_exists(path)
     runs = sorted((p for p in path.iterdir() if (p / CONFIG_FILE).exists()), key=_seed_order) if path.is_dir() else []
-    if not runs:
+    if not runs and not planned:
         raise CLIError(f"{path} is not a run folder: it holds no {CONFIG_FILE}, nor folders that do")
     return runs
+
+
+def write_plan(folder: Path, runs: dict[str, TrainConfig]) -> None:
+    """Record the seeds' runs a command is about to train in ``folder`` (``{"seed_0": config, ...}``)."""
+    from herl.io.atomic import atomic_write
+
+    atomic_write(Path(folder) / PLAN_FILE, json.dumps({name: c.to_json() for name, c in runs.items()}, indent=1))
+
+
+def planned_runs(folder: Path) -> dict[Path, TrainConfig]:
+    """The runs ``folder``'s plan names that never started (their folder holds no config.json), with their settings."""
+    path = Path(folder) / PLAN_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a {type(data).__name__}, not a mapping of runs")
+        pending = {}
+        for name, settings in data.items():
+            if not (isinstance(name, str) and name.startswith("seed_") and name[len("seed_"):].isdigit()):
+                raise ValueError(f"it names {name!r}, not a seed's folder")
+            if not (Path(folder) / name / CONFIG_FILE).exists():
+                config = TrainConfig.from_json(settings, source=str(path))
+                validate_config(config)
+                pending[Path(folder) / name] = config
+        return pending
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError, CLIError) as err:
+        raise CLIError(f"{path} is damaged ({type(err).__name__}: {err}); it lists the seeds `herl train` was asked "
+                       "for: restore it, or delete it to resume only the seeds that started") from None
 
 
 def _seed_order(path: Path) -> tuple[int, str]:

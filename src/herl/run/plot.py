@@ -32,7 +32,11 @@ def load_curve(run: Path, metric: str, x: str, label: str | None = None) -> Curv
     for seed_run in find_seed_runs(run):
         rows = read_progress(seed_run / "progress.csv")
         columns.update(*(r.keys() for r in rows))
-        points = [(float(r[X_KEYS[x]]), float(r[metric])) for r in rows if r.get(metric) and r.get(X_KEYS[x])]
+        try:
+            points = [(float(r[X_KEYS[x]]), float(r[metric])) for r in rows if r.get(metric) and r.get(X_KEYS[x])]
+        except ValueError as err:
+            raise CLIError(f"{seed_run / 'progress.csv'} holds a value that is no number in {metric} or "
+                           f"{X_KEYS[x]} ({err}): herl writes numbers there; restore the file") from None
         if points:
             xs, ys = np.array(points).T
             repeat = action_repeat(read_config(seed_run).env_kwargs) if x == "steps" else 1

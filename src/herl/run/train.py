@@ -813,12 +813,22 @@ def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list
     where each run resumes from (issue 10: the workers of ``herl train --jobs`` never heard of a SIGTERM sent to it).
     """
     if n_workers <= 1 or len(jobs) == 1:
-        return [fn(**kwargs) for fn, kwargs in jobs]
+        summaries = []
+        for fn, kwargs in jobs:
+            try:
+                summaries.append(fn(**kwargs))
+            except Interrupted as stop:
+                if len(jobs) == 1:
+                    raise
+                # one run stopped: say where each of the folder's runs resumes, those not reached yet included
+                raise Interrupted(_where_runs_resume(str(stop).partition(" at step")[0].partition(";")[0],
+                                                     [kwargs["run_dir"] for _, kwargs in jobs])) from None
+        return summaries
     n_workers = min(n_workers, len(jobs))
     context = multiprocessing.get_context("spawn")  # fork after torch has started threads can deadlock
     with ProcessPoolExecutor(max_workers=n_workers, mp_context=context, initializer=_init_worker) as pool, \
             _ForwardSignals() as forward:
-        futures = [pool.submit(fn, **kwargs, position=i) for i, (fn, kwargs) in enumerate(jobs)]
+        futures = [pool.submit(_in_worker, fn, kwargs, i) for i, (fn, kwargs) in enumerate(jobs)]
         pending = futures
         while pending:  # waits in short slices: a signal handler runs between them
             pending = list(concurrent.futures.wait(pending, timeout=0.5).not_done)
@@ -832,7 +842,8 @@ def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list
                    None)
         if bug is not None:
             raise bug
-        raise Interrupted(_where_runs_resume(forward.signal_name, [kwargs["run_dir"] for _, kwargs in jobs]))
+        raise Interrupted(_where_runs_resume(f"stopped by {forward.signal_name}",
+                                             [kwargs["run_dir"] for _, kwargs in jobs]))
 
 
 def _init_worker() -> None:
@@ -845,6 +856,32 @@ def _init_worker() -> None:
         os.setpgrp()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, frame: _worker_stop_signals.append(signal.Signals(received).name))
+    threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), daemon=True, name="herl-parent-watch").start()
+
+
+_worker_busy = False
+"""In a ``--jobs`` worker: whether it is training a run (:func:`_in_worker`)."""
+
+
+def _in_worker(fn: Callable[..., Any], kwargs: dict[str, Any], position: int) -> Any:
+    global _worker_busy
+    _worker_busy = True
+    try:
+        return fn(**kwargs, position=position)
+    finally:
+        _worker_busy = False
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """A worker whose ``herl train`` died without passing a signal on (kill -9, the OOM killer) stops as if sent
+    SIGTERM: a run in progress writes its checkpoint and stops; then the process exits, where it would otherwise wait
+    for work from a parent that is gone."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
+    while _worker_busy:
+        time.sleep(0.2)
+    os._exit(0)
 
 
 class _ForwardSignals(_OnStopSignals):
@@ -865,8 +902,9 @@ class _ForwardSignals(_OnStopSignals):
                 os.kill(child.pid, signum)
 
 
-def _where_runs_resume(signal_name: str, run_dirs: list[Path]) -> str:
-    """The message of a ``--jobs`` run stopped by ``signal_name``: where each run resumes from, read from its folder."""
+def _where_runs_resume(stopped: str, run_dirs: list[Path]) -> str:
+    """The message of runs of several seeds ``stopped`` ("stopped by SIGTERM"): where each run resumes from, read
+    from its folder (one not started yet starts when the folder is resumed: its seed is in the folder's plan)."""
     lines = []
     for run_dir in map(Path, run_dirs):
         checkpoint = latest_checkpoint(run_dir) if (run_dir / "checkpoints").is_dir() else None
@@ -875,12 +913,13 @@ def _where_runs_resume(signal_name: str, run_dirs: list[Path]) -> str:
         elif checkpoint is not None:
             where = f"resumes from step {checkpoint.step:,}"
         else:
-            where = "resumes from the start (no checkpoint yet)" if (run_dir / CONFIG_FILE).exists() else "not started"
+            where = "resumes from the start (no checkpoint yet)" if (run_dir / CONFIG_FILE).exists() else \
+                "not started (it starts then)"
         lines.append(f"  {run_dir}: {where}")
     parents = {Path(run_dir).parent for run_dir in run_dirs}
     folder = parents.pop() if len(parents) == 1 else None
     how = f"`herl train --resume {shlex.quote(str(folder))}`" if folder else "`herl train --resume RUN_DIR` for each"
-    return f"stopped by {signal_name}; continue with {how}:\n" + "\n".join(lines)
+    return f"{stopped}; continue with {how}:\n" + "\n".join(lines)
 
 
 def default_run_dir(env_id: str, algo: str) -> Path:
