@@ -551,13 +551,13 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         from herl.run.batched import make_env as make_batched_env
 
         action_space = make_batched_env(env_id, env_kwargs, 1, "cpu").single_action_space
-        algo = args.algo or (preset.algo if preset else _default_algo(action_space))
+        algo = args.algo or (preset.algo if preset and preset.algo else _default_algo(action_space))
         check_algorithm_fits(algo, env_id, action_space)
         goal_env = True
     else:
         probe = make_env(env_id, env_kwargs)
         try:
-            algo = args.algo or (preset.algo if preset else _default_algo(probe.action_space))
+            algo = args.algo or (preset.algo if preset and preset.algo else _default_algo(probe.action_space))
             check_algorithm_fits(algo, env_id, probe.action_space)
             goal_env = is_goal_env(probe)
         finally:
@@ -796,6 +796,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
         env_kwargs, settings_from = set_layer, "no preset"
     else:
         algo = args.algo or preset.algo
+        if algo is None:
+            raise CLIError(f"{args.config} names no algo: add algo = \"tqc\" (or another) to it, or give --algo")
         env_kwargs = {**preset.env_kwargs(algo), **set_layer}
         settings_from = f"herl train's env with preset {preset.name}, {algo}" + (", then --set" if set_layer else "")
     print(record(env_id, args.policy, episodes=args.episodes, output=args.output, seed=args.seed,

@@ -544,3 +544,18 @@ def test_plot_names_a_progress_file_holding_no_number(finished: Path, tmp_path: 
     progress.write_text("\n".join(lines) + "\n")
     assert herl("plot", run, "-o", tmp_path / "p.png") == 2
     assert "progress.csv holds a value that is no number" in capsys.readouterr().err
+
+
+def test_a_settings_file_is_named_as_given_and_may_leave_the_algorithm_to_the_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = tmp_path / "mine.toml"
+    settings.write_text('envs = ["herl/BitFlipping-v0"]\n[her]\nn_sampled_goal = 2\n')
+    assert herl("train", *TINY, "--config", settings, "--algo", "dqn", "--run-dir", tmp_path / "a") == 0
+    assert herl("train", *TINY, "--config", settings, "--run-dir", tmp_path / "b") == 0  # the env's default algorithm
+    settings.write_text('algo = "dqnn"\n')
+    assert herl("train", *TINY, "--config", settings, "--run-dir", tmp_path / "c") == 2
+    err = capsys.readouterr().err
+    assert f"the settings file {settings}: algo must be one of" in err and "mine.toml.toml" not in err
+    settings.write_text('algo = "dqn"\nenvs = "herl/BitFlipping-v0"\n')
+    assert herl("train", *TINY, "--config", settings, "--run-dir", tmp_path / "d") == 2
+    assert "envs must be a list of env ids or patterns" in capsys.readouterr().err

@@ -37,8 +37,8 @@ class Preset:
     """One line for ``herl list``."""
     envs: tuple[str, ...]
     """Env id patterns it applies to."""
-    algo: str
-    """Default algorithm."""
+    algo: str | None
+    """Default algorithm (a settings file of the user's may leave it to --algo: None)."""
     common: dict[str, Any]
     """Settings for every algorithm."""
     per_algo: dict[str, dict[str, Any]]
@@ -77,21 +77,28 @@ def _flatten(table: dict[str, Any], source: str) -> dict[str, Any]:
     return flat
 
 
-def parse_preset(name: str, text: str) -> Preset:
-    source = f"preset file {name}.toml"
+def parse_preset(name: str, text: str, source: str | None = None) -> Preset:
+    """A preset from its TOML ``text``; ``source`` names it in messages (herl's own: ``preset file NAME.toml``). A
+    settings file of the user's (``source`` given) may leave out ``algo``: ``--algo``, or the env's default, decides."""
+    users = source is not None
+    source = source or f"preset file {name}.toml"
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise CLIError(f"{source} is not valid TOML: {err}") from err
     algo = data.get("algo")
-    if algo not in ALGOS:
-        raise CLIError(f"{source}: algo must be one of {', '.join(ALGOS)}, got {algo!r}")
+    if algo not in ALGOS and not (users and algo is None):
+        raise CLIError(f"{source}: algo must be one of {', '.join(ALGOS)}, got {algo!r} (e.g. algo = \"tqc\")")
+    envs = data.get("envs", ())
+    if isinstance(envs, str) or not all(isinstance(e, str) for e in envs):
+        raise CLIError(f"{source}: envs must be a list of env ids or patterns, e.g. envs = [\"FetchPush-v*\"], got "
+                       f"{envs!r}")
     per_algo = data.get("algos", {})
     unknown = sorted(set(per_algo) - set(ALGOS))
     if unknown:
         raise CLIError(f"{source}: unknown [algos.*] table(s) {unknown}; use {', '.join(ALGOS)}")
     return Preset(
-        name=name, description=str(data.get("description", "")), envs=tuple(data.get("envs", ())), algo=algo,
+        name=name, description=str(data.get("description", "")), envs=tuple(envs), algo=algo,
         common=_settings(_flatten({k: v for k, v in data.items() if k not in _HEADER_KEYS}, source), source),
         per_algo={a: _settings(_flatten(table, f"{source} [algos.{a}]"), f"{source} [algos.{a}]")
                   for a, table in per_algo.items()},
@@ -138,7 +145,7 @@ def read_preset_file(path: Path) -> Preset:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise CLIError(f"cannot read the preset file {path}: {err}") from None
-    return parse_preset(str(path), text)
+    return parse_preset(str(path), text, source=f"the settings file {path}")
 
 
 def format_preset(*, description: str, envs: list[str], algo: str, settings: dict[str, Any]) -> str:
