@@ -208,3 +208,23 @@ def test_info_batch_reads_by_entry_and_by_row():
     with pytest.raises(IndexError):
         info[3]
     assert [row for row in InfoBatch({}, 2)] == [{}, {}]  # without copy_info_dict: empty dicts, as SB3's
+
+
+def test_evaluate_policy_calls_back_with_sb3s_locals_for_each_env():
+    """SB3's EvalCallback logs successes from locals_["done"] and locals_["info"], one call per env and step."""
+    from herl import evaluate_policy
+    from herl.training.envs import make_env
+
+    model = DQN("MultiInputPolicy", BitFlippingEnv(), **SMALL)  # the registered id's env
+    calls, successes = [], []
+
+    def sb3_style(locals_, globals_):
+        calls.append((locals_["i"], locals_["done"], locals_["episode_counts"][locals_["i"]]))
+        if locals_["done"]:
+            successes.append(locals_["info"].get("is_success"))
+
+    env = make_env("herl/BitFlipping-v0", n_envs=2)
+    _, _, rate = evaluate_policy(model, env, n_eval_episodes=5, callback=sb3_style, return_success_rate=True)
+    assert {i for i, _, _ in calls} == {0, 1}
+    assert len(successes) == 5 and np.mean(successes) == rate
+    assert all(count < (5 + i) // 2 for i, _, count in calls)  # only while the env's episodes still count

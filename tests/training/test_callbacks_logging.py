@@ -126,3 +126,34 @@ def test_a_new_learn_call_closes_the_running_episodes():
     assert int(model.replay_buffer.storage.open_len.sum()) == 2  # a 4-bit episode, 2 steps in (seeded: no early success)
     model.learn(1)  # resets the env: the running episode ends in the buffer instead of continuing across the reset
     assert int(model.replay_buffer.storage.open_len.sum()) == 1
+
+
+def test_configure_takes_sb3s_formats_defaults_and_exclusions(tmp_path, capsys):
+    """SB3's configure(folder): stdout, log.txt and progress.csv by default; "json" too; record(..., exclude=...)
+    keeps a value from the formats named; objects that are no numbers or text go to TensorBoard alone."""
+    from herl.training.logger import configure
+
+    logger = configure(tmp_path / "logs")
+    logger.record("train/loss", 1.5)
+    logger.record("train/hidden", 2.0, exclude=("stdout", "log"))
+    logger.record("train/figure", object(), exclude=("stdout", "log", "csv", "json"))
+    logger.record("train/unexcluded_object", object())
+    logger.dump(7)
+    logger.info("a message")
+    logger.set_level(logger.WARN)
+    logger.info("not shown")
+    logger.close()
+    out = capsys.readouterr().out
+    assert "loss" in out and "hidden" not in out and "a message" in out and "not shown" not in out
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["log.txt", "progress.csv"]
+    assert (tmp_path / "logs" / "progress.csv").read_text().splitlines() == ["train/hidden,train/loss", "2.0,1.5"]
+    text = (tmp_path / "logs" / "log.txt").read_text()
+    assert "loss" in text and "hidden" not in text and "object" not in text
+    assert logger.output_formats is logger.outputs
+    json_logger = configure(tmp_path / "json", ["json"])
+    json_logger.record("k", 3)
+    json_logger.dump(0)
+    json_logger.close()
+    assert (tmp_path / "json" / "progress.json").read_text() == '{"k": 3}\n'
+    with pytest.raises(ValueError, match="'log', 'csv', 'json'"):
+        configure(tmp_path, ["xml"])

@@ -147,7 +147,11 @@ def test_predict_refuses_non_finite_observations_naming_key_and_index():
     with pytest.raises(ValueError, match=r"row 2 of the batch"):
         model.predict({k: torch.as_tensor(v) for k, v in batch.items()})
     model.predict({k: np.stack([v, v]) for k, v in obs.items()})  # finite ones still work
-    model.predict({**obs, "achieved_goal": np.full(2, np.nan, np.float32)})  # a key the policy does not read
+    with pytest.raises(ValueError, match=r"observation\['achieved_goal'\] holds nan"):  # the networks read it
+        model.predict({**obs, "achieved_goal": np.full(2, np.nan, np.float32)})
+    chosen = SAC("MultiInputPolicy", env, seed=0, **{**SMALL, "policy_kwargs": {
+        **SMALL.get("policy_kwargs", {}), "input_keys": ["observation", "desired_goal"]}})
+    chosen.predict({**obs, "achieved_goal": np.full(2, np.nan, np.float32)})  # a key this policy does not read
 
     bits = BitFlippingEnv(n_bits=4, continuous=False)
     dqn = DQN("MultiInputPolicy", bits, seed=0, **SMALL)

@@ -164,7 +164,7 @@ def endless_episode_guard(env: gym.Env, env_id: str) -> Callable[[dict[str, Any]
         return None
 
     def guard(locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
-        if int(np.max(locals_["lengths"])) >= ENDLESS_EPISODE_STEPS:
+        if int(np.max(locals_["current_lengths"])) >= ENDLESS_EPISODE_STEPS:
             raise _endless("an evaluation episode", env_id)
     return guard
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from herl.io.atomic import atomic_file
-from herl.training.logger import Logger, OutputFormat
+from herl.training.logger import Logger, OutputFormat, _plain
 
 STEP_KEY = "time/total_timesteps"
 WALL_KEY = "time/wall_time"
@@ -25,6 +25,8 @@ WALL_KEY = "time/wall_time"
 
 class ResumableCSV(OutputFormat):
     """``progress.csv`` kept in memory and on disk; starts from the rows up to ``keep_until`` of an existing file."""
+
+    name = "csv"
 
     def __init__(self, path: str | os.PathLike, keep_until: int | None = None) -> None:
         self.path = Path(path)
@@ -47,6 +49,7 @@ class ResumableCSV(OutputFormat):
             writer.writerows(self.rows)
 
     def write(self, values: dict[str, Any], step: int) -> None:
+        values = {k: v for k, v in values.items() if _plain(v)}
         self.rows.append(dict(values))
         new = [k for k in sorted(values) if k not in self.keys]
         if new:  # a new column: rewrite the file with it
@@ -71,6 +74,8 @@ def _step(row: dict[str, str]) -> float:
 
 class ResumableTensorBoard(OutputFormat):
     """TensorBoard events; ``purge_step`` hides the events a crashed process wrote after the checkpoint."""
+
+    name = "tensorboard"
 
     def __init__(self, folder: str | os.PathLike, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter

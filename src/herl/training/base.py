@@ -975,12 +975,16 @@ class OffPolicyAlgorithm:
 
     # ------------------------------------------------------------------ parameters and files
     def get_parameters(self) -> dict[str, dict[str, Any]]:
-        """State dicts of every network (``"actor"``, ``"critic"``, ...) and optimizer (``"<name>.optimizer"``)."""
+        """State dicts of every network (``"actor"``, ``"critic"``, ...), of optimizer (``"<name>.optimizer"``), and
+        SB3's ``"policy"``: all networks in one, by ``model.policy``'s names."""
         # a network without state (an encoder that does not normalize) has no entry, as SB3 lists only what holds
         # tensors
         params: dict[str, dict[str, Any]] = {name: state for name, module in self.nets.items()
                                              if (state := module.state_dict())}
         params.update({f"{name}.optimizer": opt.state_dict() for name, opt in self.optimizers.items()})
+        # SB3's entry: every network under model.policy's names, for code that moves weights by it
+        # (b.set_parameters({"policy": a.get_parameters()["policy"]}, exact_match=False))
+        params["policy"] = self.policy.state_dict()
         return params
 
     def set_parameters(self, load_path_or_dict: str | os.PathLike | Mapping[str, Any], exact_match: bool = True,
@@ -1010,6 +1014,8 @@ class OffPolicyAlgorithm:
                 _shape_optimizer_state(optimizer)
             elif name in self.nets:
                 self.nets[name].load_state_dict(state, strict=exact_match)
+            elif name == "policy":
+                self.policy.load_state_dict(state, strict=exact_match)
             else:
                 raise ValueError(f"unknown network {name!r} in the parameters: this model has {sorted(self.nets)}")
 

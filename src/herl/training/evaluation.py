@@ -30,34 +30,44 @@ def evaluate_policy(
     Returns ``(mean_reward, std_reward)``, or with ``return_episode_rewards`` the per-episode
     ``(rewards, lengths)``; ``return_success_rate`` appends the success rate (or the per-episode
     successes, from ``info["is_success"]`` at each episode's end). ``callback(locals_, globals_)``
-    is called after every step, as in SB3. ``seed`` seeds the env's first reset; ``warn`` is
+    is called after every step for each env whose episodes still count, as in SB3, with SB3's names among the
+    locals (``i``, ``done``, ``info``, ``reward``, ``episode_starts``, ``episode_counts``, ``current_rewards``, ...). ``seed`` seeds the env's first reset; ``warn`` is
     accepted for SB3 compatibility (herl needs no Monitor wrapper, so there is nothing to warn about).
     """
     adapter = as_env_adapter(make_env(env))
     n_envs = adapter.n_envs
     # as SB3: spread episodes evenly over the envs, so short episodes do not dominate the average
-    targets = np.array([(n_eval_episodes + i) // n_envs for i in range(n_envs)])
-    counts = np.zeros(n_envs, dtype=int)
-    returns, lengths = np.zeros(n_envs), np.zeros(n_envs, dtype=int)
+    episode_count_targets = np.array([(n_eval_episodes + i) // n_envs for i in range(n_envs)])
+    episode_counts = np.zeros(n_envs, dtype=int)
+    current_rewards, current_lengths = np.zeros(n_envs), np.zeros(n_envs, dtype=int)
     episode_rewards: list[float] = []
     episode_lengths: list[int] = []
     successes: list[float] = []
-    obs = adapter.reset(seed=seed)
-    while (counts < targets).any():
-        actions, _ = model.predict(adapter.policy_obs(obs), deterministic=deterministic)
-        _, obs, rewards, terminated, truncated, infos = adapter.step(np.asarray(actions))
-        returns += rewards
-        lengths += 1
-        for i in np.flatnonzero(terminated | truncated):
-            if counts[i] < targets[i]:
-                episode_rewards.append(float(returns[i]))
-                episode_lengths.append(int(lengths[i]))
-                if "is_success" in infos[i]:
-                    successes.append(float(infos[i]["is_success"]))
-                counts[i] += 1
-            returns[i], lengths[i] = 0.0, 0
-        if callback is not None:
-            callback(locals(), globals())
+    episode_starts = np.ones(n_envs, dtype=bool)
+    observations = adapter.reset(seed=seed)
+    while (episode_counts < episode_count_targets).any():
+        actions, states = model.predict(adapter.policy_obs(observations), deterministic=deterministic)
+        _, new_observations, rewards, terminated, truncated, infos = adapter.step(np.asarray(actions))
+        dones = terminated | truncated
+        current_rewards += rewards
+        current_lengths += 1
+        for i in range(n_envs):
+            if episode_counts[i] < episode_count_targets[i]:
+                # SB3's names, for callbacks written for its evaluate_policy (EvalCallback's success log reads
+                # locals_["done"] and locals_["info"]): one call per env that still counts, after each step
+                reward, done, info = float(rewards[i]), bool(dones[i]), infos[i]
+                episode_starts[i] = done
+                if callback is not None:
+                    callback(locals(), globals())
+                if done:
+                    episode_rewards.append(float(current_rewards[i]))
+                    episode_lengths.append(int(current_lengths[i]))
+                    if "is_success" in info:
+                        successes.append(float(info["is_success"]))
+                    episode_counts[i] += 1
+            if dones[i]:
+                current_rewards[i], current_lengths[i] = 0.0, 0
+        observations = new_observations
         if render:
             getattr(adapter.env, "render", lambda: None)()
     mean_reward, std_reward = float(np.mean(episode_rewards)), float(np.std(episode_rewards))
