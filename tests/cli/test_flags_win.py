@@ -69,7 +69,7 @@ def test_a_flag_wins_over_the_preset(flag: str, tmp_path: Path, request: pytest.
         args, expected = [demos if a == "DEMOS" else a for a in args], demos
     config_file = preset_file(tmp_path / "preset.toml", top, tables)
     assert herl("train", "--config", config_file, "--progress", "off", "--run-dir", tmp_path / "run", *args) == 0
-    (seed_dir,) = (tmp_path / "run").iterdir()
+    (seed_dir,) = [p for p in (tmp_path / "run").iterdir() if p.is_dir()]  # beside seeds.json
     config = json.loads((seed_dir / "config.json").read_text())
     assert read(config) == expected
     if flag == "--demos":  # a preset's demonstrations replaced: the run says so
