@@ -290,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from herl.run.envs import action_repeat
-    from herl.run.folders import CONFIG_FILE, PLAN_FILE, find_seed_runs, planned_runs, read_config, write_plan
+    from herl.run.folders import (CONFIG_FILE, PLAN_FILE, find_seed_runs, planned_runs, read_config, seed_order,
+                                   write_plan)
     from herl.run.train import run_parallel
 
     if args.resume is not None:
@@ -336,7 +337,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                       config, threads=fits[config.threads]),
                    "run_dir": run, "progress": args.progress, **_worker_learner(config.workers and workers)})
                  for run, config in pending.items()]
-        jobs.sort(key=lambda job: _seed_position(job[1]["run_dir"]))
+        jobs.sort(key=lambda job: seed_order(Path(job[1]["run_dir"])))
         with _ray_for(args, workers):
             _print_summaries(run_parallel(jobs, args.jobs))
         return 0
@@ -350,7 +351,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         run_dir = _claim_default_folder(run_dir)
         made.insert(0, run_dir)
 
-    existing = [run_dir / f"seed_{c.seed}" for c in configs if (run_dir / f"seed_{c.seed}" / "config.json").exists()]
+    existing = [run_dir / f"seed_{c.seed}" for c in configs if (run_dir / f"seed_{c.seed}" / CONFIG_FILE).exists()]
     if existing:
         raise CLIError(f"{existing[0]} already holds a run: continue it with `herl train --resume "
                        f"{shlex.quote(str(run_dir))}`, or "
@@ -408,11 +409,6 @@ def _claim_default_folder(path: Path) -> Path:
     raise CLIError(f"{path.parent} holds {path.name} and 998 more of its name: give --run-dir")
 
 
-def _seed_position(run_dir: Path) -> tuple[int, str]:
-    suffix = Path(run_dir).name.rpartition("_")[2]
-    return (int(suffix) if suffix.isdigit() else 1 << 30, Path(run_dir).name)
-
-
 def _runner(env_id: str, name: str) -> Any:
     """``start_run`` or ``resume_run`` for a run on ``env_id``: :mod:`herl.run.batched`'s for a batched env (whose
     runs build on herl.run.train's, which therefore cannot send them there itself), :mod:`herl.run.train`'s else."""
@@ -430,8 +426,6 @@ def _runner(env_id: str, name: str) -> Any:
 def _share_cores(args: argparse.Namespace, configs: list[Any]) -> list[Any]:
     """The configs of runs trained ``--jobs`` at a time, with each run's torch threads lowered to fit the CPU cores
     (a preset's two threads are for a run that has the machine to itself), unless the command asked for them."""
-    import dataclasses
-
     from herl.run.config import parse_assignment
 
     explicit = args.threads is not None or any(parse_assignment(text)[0] == "threads" for text in args.set)

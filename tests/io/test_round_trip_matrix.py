@@ -278,6 +278,18 @@ def test_a_model_with_linear_networks_saves_loads_and_trains_on(algo: str, tmp_p
     round_trip_of(model, lambda: make_env(case), "cpu", tmp_path)
 
 
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_a_model_reading_chosen_observation_entries_saves_loads_and_trains_on(algo: str, tmp_path: Path):
+    """``policy_kwargs=dict(input_keys=[...])`` (the presets' two entries): the file keeps the choice, and the model
+    trains on as it would have (the matrix above covers the default, every entry)."""
+    case = Case(algo, "goal", "her", True, 1, "float32", False)
+    model = ALGOS[algo]("MultiInputPolicy", make_env(case), learning_starts=10, batch_size=8, buffer_size=300, seed=3,
+                        gamma=0.9, replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=buffer_kwargs(case, None),
+                        policy_kwargs=dict(net_arch=[16, 16], input_keys=["observation", "desired_goal"]))
+    assert model.encoder.keys == ("observation", "desired_goal")
+    round_trip_of(model, lambda: make_env(case), "cpu", tmp_path)
+
+
 @pytest.mark.parametrize("algo", ["SAC", "TD3", "TQC", "CrossQ"])
 def test_a_model_with_a_float64_box_of_several_dimensions_saves_loads_and_trains_on(algo: str, tmp_path: Path):
     from tests.algorithms.test_action_space_forms import FLOAT32_OBS, FORMS, RecordingEnv

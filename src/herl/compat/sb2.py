@@ -330,8 +330,7 @@ class HER:
         if "online_sampling" in kwargs:
             buffer_kwargs["online_sampling"] = kwargs.pop("online_sampling")
         buffer_kwargs.update(kwargs.pop("replay_buffer_kwargs", None) or {})
-        given, env = env, _goal_env(env)
-        self._env = env if isinstance(given, str) else given  # what get_env returns: the env as given, or as made
+        self._env, env = _goal_env(env)
         if buffer_kwargs.get("compute_reward") is None:
             buffer_kwargs["compute_reward"] = _sb2_compute_reward(env)
         if policy not in SB2_POLICIES:
@@ -355,9 +354,9 @@ class HER:
         return self._env
 
     def set_env(self, env: Any) -> None:
-        given, env = env, _goal_env(env)
+        shown, env = _goal_env(env)
         self.model.set_env(env)
-        self._env = env if isinstance(given, str) else given
+        self._env = shown
 
     def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 100, tb_log_name: str = "HER",
               reset_num_timesteps: bool = True) -> HER:
@@ -475,7 +474,7 @@ class HER:
         """Read a HER model; without ``env`` it predicts from dict observations."""
         from herl.training.base import OffPolicyAlgorithm
 
-        given, env = env, _goal_env(env)
+        shown, env = _goal_env(env)
         buffer_kwargs = dict(kwargs.pop("replay_buffer_kwargs", None) or {})
         if env is not None and buffer_kwargs.get("compute_reward") is None:
             buffer_kwargs["compute_reward"] = _sb2_compute_reward(env)  # an env's that takes one goal at a time too
@@ -486,7 +485,7 @@ class HER:
             raise ValueError(f"{load_path} holds a {type(model).__name__} without HER: load it with {type(model).__name__}.load")
         her = cls.__new__(cls)
         her.model, her.model_class = model, type(model)
-        her._env = env if isinstance(given, str) else given
+        her._env = shown
         ln = model.policy_name == "MlpPolicy" and model.policy_config.layer_norm is True
         her.policy = "LnMlpPolicy" if ln else model.policy_name
         her.n_sampled_goal = model.replay_buffer_kwargs.get("n_sampled_goal", 4)
@@ -525,14 +524,16 @@ def _unwrap_flat(env: Any) -> Any:
     return wrapper.env if wrapper is not None else env
 
 
-def _goal_env(env: Any) -> Any:
-    """The env herl's model gets: a HERGoalEnvWrapper looked through, an env id made here (as SB2 made it), so
-    that its compute_reward can be adapted (:class:`_PerGoalReward`)."""
+def _goal_env(env: Any) -> tuple[Any, Any]:
+    """``(what get_env returns, what herl's model gets)``: the env as given, looked through a HERGoalEnvWrapper for
+    the model; an env id is made here for both (as SB2 made it), so that its compute_reward can be adapted
+    (:class:`_PerGoalReward`)."""
     if isinstance(env, str):
         from herl.training.envs import make_env
 
-        return make_env(env)
-    return _unwrap_flat(env)
+        made = make_env(env)
+        return made, made
+    return env, _unwrap_flat(env)
 
 
 def _time_limit(env: Any) -> int | None:

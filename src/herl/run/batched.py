@@ -350,10 +350,10 @@ def _train(trainer: Any, config: TrainConfig, run_dir: Path, *, resume_step: int
             except KeyboardInterrupt:
                 last = latest_checkpoint(run_dir)
                 where = f"its last checkpoint, step {last.step:,}" if last else "the start (no checkpoint yet)"
-                raise Interrupted(f"stopped at once; {resume} continues from {where}") from None
+                raise Interrupted(f"stopped at once; {resume} continues from {where}", how="stopped at once") from None
             if loop.stopped_at is not None:
                 raise Interrupted(f"stopped by {stop.signal_name} at step {loop.stopped_at:,}; a checkpoint was "
-                                  f"written: continue with {resume}")
+                                  f"written: continue with {resume}", how=f"stopped by {stop.signal_name}")
         if config.eval.freq and (not loop.history or loop.history[-1][0] != model.num_timesteps):
             loop.evaluate()
         loop.checkpoint()  # clamps the progress left, for the model file too

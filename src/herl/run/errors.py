@@ -33,8 +33,15 @@ class WorkersLost(CLIError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Training stopped by a signal (SIGTERM, Ctrl-C); the message says where it resumes from. ``herl`` prints it and
-    exits with status 130."""
+    """Training stopped by a signal (SIGTERM, Ctrl-C); the message says where it resumes from, ``how`` how it stopped
+    ("stopped by SIGTERM", "stopped at once"). ``herl`` prints it and exits with status 130."""
+
+    def __init__(self, message: str = "", how: str = "stopped") -> None:
+        super().__init__(message)
+        self.how = how
+
+    def __reduce__(self):  # so it crosses from a --jobs worker process intact
+        return (type(self), (str(self), self.how))
 
 
 def output_file(path: Path, flag: str = "-o") -> Path:

@@ -48,7 +48,7 @@ def find_seed_runs(path: Path, *, planned: bool = False) -> list[Path]:
     if (path / CONFIG_FILE).exists():
         return [path]
     _check_exists(path)
-    runs = sorted((p for p in path.iterdir() if (p / CONFIG_FILE).exists()), key=_seed_order) if path.is_dir() else []
+    runs = sorted((p for p in path.iterdir() if (p / CONFIG_FILE).exists()), key=seed_order) if path.is_dir() else []
     if not runs and not planned:
         raise CLIError(f"{path} is not a run folder: it holds no {CONFIG_FILE}, nor folders that do")
     return runs
@@ -84,7 +84,8 @@ def planned_runs(folder: Path) -> dict[Path, TrainConfig]:
                        "for: restore it, or delete it to resume only the seeds that started") from None
 
 
-def _seed_order(path: Path) -> tuple[int, str]:
+def seed_order(path: Path) -> tuple[int, str]:
+    """Seed folders in the order of their seeds (``seed_2`` before ``seed_10``), other names after them."""
     suffix = path.name.rpartition("_")[2]
     return (int(suffix) if suffix.isdigit() else 1 << 30, path.name)
 

@@ -460,12 +460,13 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
                                   f"continue with `herl train --resume {shlex.quote(str(run_dir))}`") from None
             except Stopped as stopped:
                 raise Interrupted(f"stopped by {stop.signal_name} at step {stopped.step:,}; a checkpoint was written: "
-                                  f"continue with `herl train --resume {shlex.quote(str(run_dir))}`") from None
+                                  f"continue with `herl train --resume {shlex.quote(str(run_dir))}`",
+                                  how=f"stopped by {stop.signal_name}") from None
             except KeyboardInterrupt:
                 last = latest_checkpoint(run_dir)
                 where = f"its last checkpoint, step {last.step:,}" if last else "the start (no checkpoint yet)"
                 raise Interrupted(f"stopped at once; `herl train --resume {shlex.quote(str(run_dir))}` continues "
-                                  f"from {where}") from None
+                                  f"from {where}", how="stopped at once") from None
         if config.eval.freq and (not callback.history or callback.history[-1][0] != model.num_timesteps):
             callback.evaluate()
         callback.checkpoint()
@@ -821,8 +822,8 @@ def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list
                 if len(jobs) == 1:
                     raise
                 # one run stopped: say where each of the folder's runs resumes, those not reached yet included
-                raise Interrupted(_where_runs_resume(str(stop).partition(" at step")[0].partition(";")[0],
-                                                     [kwargs["run_dir"] for _, kwargs in jobs])) from None
+                raise Interrupted(_where_runs_resume(stop.how, [kwargs["run_dir"] for _, kwargs in jobs]),
+                                  how=stop.how) from None
         return summaries
     n_workers = min(n_workers, len(jobs))
     context = multiprocessing.get_context("spawn")  # fork after torch has started threads can deadlock
@@ -842,8 +843,8 @@ def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list
                    None)
         if bug is not None:
             raise bug
-        raise Interrupted(_where_runs_resume(f"stopped by {forward.signal_name}",
-                                             [kwargs["run_dir"] for _, kwargs in jobs]))
+        how = f"stopped by {forward.signal_name}"
+        raise Interrupted(_where_runs_resume(how, [kwargs["run_dir"] for _, kwargs in jobs]), how=how)
 
 
 def _init_worker() -> None:
