@@ -1,4 +1,4 @@
-"""FetchPickAndPlace-v4 with and without 100 scripted demonstrations (issue 12), the same recipe otherwise.
+"""FetchPickAndPlace-v4 with and without 100 scripted demonstrations, the same recipe otherwise.
 
 Both variants are ``herl train`` with the fetch_pick_and_place preset's TQC + HER settings; the ``demos`` variant adds
 ``--demos scripted:100`` (100 episodes of herl's scripted expert recorded into the run folder, kept in the HER
@@ -8,7 +8,7 @@ train``'s evaluation). ``run`` writes one CSV row per evaluation (variant, seed,
 ``OUT/curves.csv``; ``plot`` draws the median over seeds with the min-max band and prints, for
 each variant, the first step at which the median curve reaches 0.9.
 
-The goal (issue 12): with demonstrations, >= 0.9 success in at most a third of the env steps the plain recipe needs.
+The goal: with demonstrations, >= 0.9 success in at most a third of the env steps the plain recipe needs.
 
 Usage::
 

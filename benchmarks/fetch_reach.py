@@ -1,6 +1,6 @@
 """FetchReach with HER: herl against Stable-Baselines3 in the same process.
 
-Two measurements (issue 3):
+Two measurements:
 
 * ``speed``: env steps per second while learning, SAC+HER, [64, 64], batch 256, one gradient step
   per env step, for herl and SB3 (same hyperparameters), and the *floor*: a bare PyTorch SAC

@@ -1,6 +1,6 @@
 """TQC+HER on the Fetch manipulation tasks: herl against sb3-contrib with the same recipe, in one script.
 
-Two measurements (issue 8):
+Two measurements:
 
 * ``curve``: one library trains one seed, evaluating every ``--eval-freq`` env steps (deterministic
   policy, ``--eval-episodes`` episodes on a separately seeded env, the same evaluation code for both

@@ -1,4 +1,4 @@
-"""What the finiteness guard of issue 10 costs: buffer ``add`` and ``sample`` with the guard on and off, side by side,
+"""What the finiteness guard costs: buffer ``add`` and ``sample`` with the guard on and off, side by side,
 and the loss check per update.
 
 The workload is buffer_throughput.py's: observation 10 floats, goals 3, action 4, episodes of 50 steps, capacity 1e6,

@@ -1,4 +1,4 @@
-"""A stateful test of the HER buffer (issue 10): add, sample, save, load, truncate and reset in random orders, checked
+"""A stateful test of the HER buffer: add, sample, save, load, truncate and reset in random orders, checked
 at every step against the plain-Python model of :mod:`her_world` (which episodes are stored, which may be sampled,
 where each relabeled goal may come from). Bounded to a few seconds."""
 

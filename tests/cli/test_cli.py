@@ -442,7 +442,7 @@ def test_a_missing_demos_dataset_is_named(tmp_path: Path, capsys: pytest.Capture
 def test_a_run_is_trained_by_one_process_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert herl("train", *TINY, "--timesteps", "100", "--run-dir", tmp_path) == 0
     lock = tmp_path / "seed_0" / "train.pid"
-    # another process holds the run's lock (issue 10: a pid file raced, 1 time in 6)
+    # another process holds the run's lock (a pid file raced, 1 time in 6)
     holder = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
         "os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode()); print('locked', flush=True); time.sleep(60)"),

@@ -181,7 +181,7 @@ def test_algorithm_policy_settings_reach_the_model_or_are_refused() -> None:
     ('algo = "sac"\ntrain_freq = 0\n', "train_freq"),
 ])
 def test_a_preset_is_checked_by_the_rules_of_the_constructor_and_of_set(text: str, match: str) -> None:
-    """Issue 10: one validation path for the Python API, --set, presets and model files."""
+    """One validation path for the Python API, --set, presets and model files."""
     preset = parse_preset("mine", text)
     with pytest.raises(CLIError, match=match):
         build_config(algo=preset.algo, env="herl/PointReach-v0", seed=0, goal_env=True, preset="mine",

@@ -1,4 +1,4 @@
-"""The herl command under real use (issue 10): stopped by a signal, damaged run folders, settings it must not change,
+"""The herl command under real use: stopped by a signal, damaged run folders, settings it must not change,
 env ids that import code, and the small things (plot labels, quoting, suggestions)."""
 
 from __future__ import annotations

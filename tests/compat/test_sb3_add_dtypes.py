@@ -1,5 +1,5 @@
 """``add`` takes every dtype Stable-Baselines3's ``add`` takes for ``done``, ``terminated``, ``truncated`` and
-``reward``, in both forms, and stores the same flags for all of them (issue 9: a fast path once skipped the bool
+``reward``, in both forms, and stores the same flags for all of them (a fast path once skipped the bool
 conversion of ``done``, so ``np.array([1.0])`` raised in ``done & ~truncated``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What herl's files hold and how they are written (issue 10): buffers keep only the rows written, files get the
+"""What herl's files hold and how they are written: buffers keep only the rows written, files get the
 permissions of new files, and version-1 buffer files (every row) still load."""
 
 from __future__ import annotations

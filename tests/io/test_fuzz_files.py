@@ -1,4 +1,4 @@
-"""Mutated model and buffer files (issue 10): each one is either loaded and usable, or refused with herl's own error
+"""Mutated model and buffer files: each one is either loaded and usable, or refused with herl's own error
 type (:class:`herl.errors.HerlError`). Never a hang (every case runs under a time limit), never a raw exception from
 numpy, torch, zipfile or json. Bounded to about 20 s in all (hypothesis' example counts below)."""
 

@@ -1,4 +1,4 @@
-"""Issue 10, "nothing silently wrong": the finiteness guard (env outputs, reward functions, losses) and the
+"""Nothing silently wrong: the finiteness guard (env outputs, reward functions, losses) and the
 validation of every hyperparameter, through the Python API and the command line alike."""
 
 from __future__ import annotations

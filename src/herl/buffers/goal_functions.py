@@ -189,7 +189,7 @@ def probe_vectorized(
 
 def goal_function_values(result: Any, n: int, what: str) -> np.ndarray:
     """A reward or termination function's output for ``n`` goals as a float32 vector of length ``n``; anything else
-    (strings, a fixed-size array, NaN) is an error naming the function and what it returned (issue 10).
+    (strings, a fixed-size array, NaN) is an error naming the function and what it returned.
 
     ``compute_terminated`` may return one value for the whole batch (Fetch's ``False``): it is broadcast.
     """

@@ -228,7 +228,7 @@ class HerReplayBuffer(ReplayBuffer):
         self.max_episode_length = max_episode_length or _time_limit(env) or DEFAULT_MAX_EPISODE_LENGTH
         known_length = None if max_episode_length else _time_limit(env)  # the env's own limit: episodes reach it
         if self.online_sampling and known_length:
-            # say it now, not when the first episode outgrows its column (issue 10: buffer_size=20 on a 50-step env)
+            # say it now, not when the first episode outgrows its column (buffer_size=20 on a 50-step env)
             rows = max(int(buffer_size) // max(int(n_envs), 1), 1) - bool(optimize_memory_usage)
             if rows < known_length:
                 need = (known_length + bool(optimize_memory_usage)) * int(n_envs)
@@ -523,10 +523,10 @@ class HerReplayBuffer(ReplayBuffer):
             warnings.warn(
                 f"an episode of {length} steps makes {self.n_sampled_goal * length} relabeled copies, which fill "
                 f"buffer_size={self.relabeled.rows}: they overwrite the episode's real transitions at once, so the "
-                f"buffer keeps none. Raise buffer_size to at least {(self.n_sampled_goal + 1) * length} (issue 10)",
+                f"buffer keeps none. Raise buffer_size to at least {(self.n_sampled_goal + 1) * length}",
                 stacklevel=5)
         # The episode is stored once as it happened, then k relabeled copies of it. The reward function runs in
-        # between and may raise: the store and the generator must then be as they were (issue 10: cpprb's
+        # between and may raise: the store and the generator must then be as they were (cpprb's
         # on_episode_end keeps the episode staged for a retry, which must not store it twice). So the copies are made
         # first, except for `random`, which draws goals from the store with this episode in it: that one episode is
         # stored first and taken back if relabeling fails.

@@ -321,7 +321,7 @@ class ReplayBuffer:
 
     def _check_finite(self, obs: Mapping[str, Any], next_obs: Mapping[str, Any], action: Any, reward: Any, *,
                       every_column: bool = False) -> None:
-        """Refuse NaN or infinity before anything is stored (issue 10: one NaN observation made every weight and
+        """Refuse NaN or infinity before anything is stored (one NaN observation made every weight and
         the normalizer NaN, silently), naming the env and the field. One reduction per float field: a sum is finite
         only if every element is (an overflowing sum of finite values is told apart by the exact check).
 
@@ -374,7 +374,7 @@ class ReplayBuffer:
         """Termination flags as a bool array; SB3 accepts any dtype (float arrays, ints, lists, tensors).
 
         The fast path must check the dtype too: a float ``done`` passed through unconverted breaks
-        ``done & ~truncated`` (issue 9)."""
+        ``done & ~truncated``."""
         if type(value) is np.ndarray and value.dtype is _BOOL and value.shape == self._batch_shape:
             return value
         return self._reshape(to_numpy(value), (), name).astype(bool, copy=False)
@@ -733,7 +733,7 @@ class ReplayBuffer:
         }
         write_archive(path, kind=self.FILE_KIND, version=self.FILE_VERSION, meta=meta, arrays=arrays)
 
-    # What a file's config may hold, with its rules; checked before anything is built from it (issue 10).
+    # What a file's config may hold, with its rules; checked before anything is built from it.
     FILE_CONFIG: ClassVar[dict[str, Rule | None]] = {
         "buffer_size": POSITIVE_INT, "n_envs": POSITIVE_INT, "optimize_memory_usage": BOOL,
         "handle_timeout_termination": BOOL, "prioritized": BOOL, "alpha": number(0.0), "beta": number(0.0, 1.0),

@@ -338,7 +338,7 @@ class EpisodeStorage:
 
     def _rows_finite(self, at, at_next) -> bool:
         """Whether the float rows just written hold only finite numbers: one reduction per float block, as a row packs
-        its observation, goals, action and reward side by side (issue 10's guard, ~1 µs an add; a sum is finite only
+        its observation, goals, action and reward side by side (the finiteness guard, ~1 µs an add; a sum is finite only
         if every term is, and an overflowing sum of finite numbers is told apart by the exact check)."""
         for block in self._float_blocks:
             for where in (at, at_next) if at_next is not None else (at,):
@@ -524,7 +524,7 @@ class EpisodeStorage:
         """Undo the :meth:`extend` of ``n`` rows made inside the block if the block then raises.
 
         Offline relabeling stores an episode before computing its copies (``random`` draws goals from it too), and
-        the user's reward function runs in between: when it raises, the store must be as it was (issue 10). Only
+        the user's reward function runs in between: when it raises, the store must be as it was. Only
         the ``n`` rows about to be overwritten are copied, a small fraction of what the extends write.
         """
         rows = (self._row + np.arange(min(n, self.rows))) % self.rows  # one env: flat index == row
@@ -589,7 +589,7 @@ class EpisodeStorage:
         missing = n
         # Each round draws 10% more candidates than the acceptance rate needs, so a round falls short with a
         # vanishing probability and 64 in a row never do; counters that disagree with the rows (a damaged file the
-        # load checks missed) would otherwise loop forever (issue 10).
+        # load checks missed) would otherwise loop forever.
         for _ in range(_MAX_REJECTION_ROUNDS):
             if missing <= 0:
                 break
@@ -640,7 +640,7 @@ class EpisodeStorage:
         return self.field("n", name, flat)
 
     # ------------------------------------------------------------------ persistence
-    # Per-row arrays: saved for the rows written so far only (issue 10: a 300-step run with the default capacity
+    # Per-row arrays: saved for the rows written so far only (a 300-step run with the default capacity
     # wrote 102 MB of zeros); rows past the window are empty by construction (writes start at row 0, in order).
     _PER_ROW = ("state/", "next_state/", "transition/", "episode_rows", "is_transition", "head", "priority/leaves")
 
@@ -725,7 +725,7 @@ class EpisodeStorage:
         """Raise :class:`~herl.errors.CorruptFileError` if the episode book-keeping contradicts itself.
 
         Sampling trusts these arrays (the rejection sampler's acceptance rate, an episode's start and length for
-        its future goals), so a loaded file is checked once here rather than on every sample (issue 10: a
+        its future goals), so a loaded file is checked once here rather than on every sample (a
         hand-edited buffer made sample() loop forever).
         """
         rows, n_envs, share = self.rows, self.n_envs, int(self.share_states)

@@ -97,7 +97,7 @@ def _write_stream(stream: IO[bytes], header: dict[str, Any], tensors: bytes) -> 
     return stream
 
 
-# Limits checked before a member is read (issue 10: a 300 KB file whose member inflated to 1.2 GB of memory). herl
+# Limits checked before a member is read (a 300 KB file whose member inflated to 1.2 GB of memory). herl
 # writes its archives uncompressed, so a member that inflates at all comes from elsewhere; the ratio leaves room for
 # archives recompressed by other tools.
 MAX_META_BYTES = 64 * 2**20
@@ -204,7 +204,7 @@ def _text_mode(stream: Any) -> bool:
 
 def generator_state(path: str | os.PathLike, meta: dict[str, Any], name: str = "rng_state") -> dict[str, Any]:
     """``meta[name]``, a NumPy generator state, once a scratch generator has taken it: a damaged one is an
-    :class:`ArchiveError` naming the field, before anything is built from the file (issue 10)."""
+    :class:`ArchiveError` naming the field, before anything is built from the file."""
     state = meta.get(name)
     try:
         np.random.default_rng().bit_generator.state = state

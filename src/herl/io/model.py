@@ -224,7 +224,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
     learning rate is kept.
 
     Everything read from the file is checked before it is used, and a file that fails a check is refused with an
-    :class:`~herl.errors.ArchiveError` naming the field (issue 10); only the algorithm's hyperparameters are taken
+    :class:`~herl.errors.ArchiveError` naming the field; only the algorithm's hyperparameters are taken
     from it (a file cannot set ``tensorboard_log``, which says where training writes), and the verbosity (0, 1 or 2)
     the model was saved with, as SB3 keeps it.
     """

@@ -30,7 +30,7 @@ def space_to_json(space: spaces.Space) -> dict[str, Any]:
 
 
 # Bounds on what a file may describe: a space is built before any check of the weights, and one that allocates (a
-# Discrete with n = 10**12 becomes a Q-network output layer of that size) must be refused first (issue 10).
+# Discrete with n = 10**12 becomes a Q-network output layer of that size) must be refused first.
 MAX_ELEMENTS = 10**8
 MAX_DISCRETE = 10**7
 MAX_DICT_DEPTH = 8

@@ -78,7 +78,7 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
 
     A ``latest.json`` that is damaged, names something other than a checkpoint folder of this run (it never points
     outside it), or names one that is incomplete, is not trusted: the newest complete checkpoint is used instead, with a
-    warning that says so (issue 10).
+    warning that says so.
     """
     root = checkpoints_folder(run_dir)
     pointer = root / LATEST

@@ -116,7 +116,7 @@ def resolve_env_id(env_id: str) -> str:
     by_lower = {k.lower(): k for k in known}
     matches = [by_lower[m] for m in difflib.get_close_matches(env_id.lower(), list(by_lower), n=5, cutoff=0.75)]
     module = next((m for prefix, m in THIRD_PARTY if env_id.lower().startswith(prefix)), None)
-    if module is not None:  # issue 10: check-env parking-v0 suggested CarRacing-v3
+    if module is not None:  # check-env parking-v0 suggested CarRacing-v3
         matches = [f"{module}:{env_id}"]
     hint = f"; did you mean {', '.join(matches)}?" if matches else ""
     hint += ("\n  (an env that a package registers when imported is named module:Id, e.g. highway_env:parking-v0: "

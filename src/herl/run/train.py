@@ -139,7 +139,7 @@ def build_model(config: TrainConfig, env: Any) -> Any:
 
     cls = algorithm_class(config.algo)
     kwargs: dict[str, Any] = dict(config.hyperparameters)
-    if "buffer_size" not in kwargs:  # a buffer_size the user (or the preset) chose is never changed (issue 10)
+    if "buffer_size" not in kwargs:  # a buffer_size the user (or the preset) chose is never changed
         kwargs["buffer_size"] = _chosen_buffer_size(config.algo, config.timesteps)
     if config.her is not None:
         her = config.her
@@ -338,7 +338,7 @@ class _OnStopSignals:
 
 class StopOnSignal(_OnStopSignals):
     """While installed, SIGTERM and SIGINT (Ctrl-C) ask training to stop at the next rollout start, where a checkpoint
-    resumes exactly (within seconds: one rollout and its updates); a second signal stops at once (issue 10: a stopped
+    resumes exactly (within seconds: one rollout and its updates); a second signal stops at once (a stopped
     run lost everything since its last checkpoint, silently)."""
 
     def __init__(self, run_dir: Path) -> None:
@@ -363,7 +363,7 @@ def _next_multiple(step: int, freq: int) -> int:
 @contextlib.contextmanager
 def _claim(run_dir: Path):
     """Hold an exclusive OS lock on ``run_dir/train.pid`` while training, so that a second process cannot train the
-    same run at the same time (issue 10: two ``--resume`` both trained one folder, 1 time in 6).
+    same run at the same time (two ``--resume`` both trained one folder, 1 time in 6).
 
     The lock is ``fcntl.flock`` where there is one: the OS releases it when the process dies, however it dies, so a
     stale file never blocks. The file itself is never deleted (deleting it would let a third process lock a new file
@@ -778,7 +778,7 @@ def check_demos_exist(config: TrainConfig, run_dir: Path) -> None:
 
 def _load_usable_checkpoint(run_dir: Path, checkpoint: Any, env: Any, config: TrainConfig) -> tuple[Any, float, Any]:
     """Load ``checkpoint``; if it is damaged (a truncated or deleted file), the newest older one that loads, saying
-    so (issue 10)."""
+    so."""
     return first_loadable_checkpoint(run_dir, checkpoint, lambda c: load_checkpoint(c, env, device=config.device))
 
 
@@ -811,7 +811,7 @@ def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list
 
     In processes, SIGTERM and SIGINT sent to this (the parent) process are passed on to the workers, which write a
     checkpoint and stop as a single run does; runs not started yet are not started. Then :class:`Interrupted` says
-    where each run resumes from (issue 10: the workers of ``herl train --jobs`` never heard of a SIGTERM sent to it).
+    where each run resumes from (the workers of ``herl train --jobs`` never heard of a SIGTERM sent to it).
     """
     if n_workers <= 1 or len(jobs) == 1:
         summaries = []

@@ -69,7 +69,7 @@ class OffPolicyConfig:
     # Defaults that changed, with the value they had: a saved config without the field gets the old one.
     former_defaults: ClassVar[Mapping[str, Any]] = {}
 
-    # What each field allows, checked at construction (issue 10: one validation path for the Python API, --set,
+    # What each field allows, checked at construction (one validation path for the Python API, --set,
     # presets and model files). A subclass adds its own fields' rules in its own ``field_rules``; a field with no
     # rule is checked against its default's type (a float field takes a finite number, ...).
     field_rules: ClassVar[Mapping[str, Rule | None]] = {
