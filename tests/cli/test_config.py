@@ -161,6 +161,10 @@ def test_algorithm_policy_settings_reach_the_model_or_are_refused() -> None:
     c = config({"policy.n_quantiles": 10, "top_quantiles_to_drop_per_net": 1}, algo="tqc")
     assert c.policy.to_policy_kwargs()["n_quantiles"] == 10 and c.hyperparameters["top_quantiles_to_drop_per_net"] == 1
     assert config({"policy.renorm_warmup_steps": 5}, algo="crossq").policy.to_policy_kwargs()["renorm_warmup_steps"] == 5
+    crossq = config({"policy.batch_norm_eps": 1e-5, "policy.batch_norm_momentum": 0.1}, algo="crossq")
+    assert crossq.policy.to_policy_kwargs()["batch_norm_eps"] == 1e-5
+    with pytest.raises(CLIError, match=r"read by CrossQ only, not tqc"):
+        config({"policy.batch_norm_eps": 1e-5}, algo="tqc")
     with pytest.raises(CLIError, match="unknown key 'top_quantiles_to_drop_per_net'"):
         config({"top_quantiles_to_drop_per_net": 1}, algo="sac")
     # another algorithm's policy option is named as its, and left out of this algorithm's valid keys

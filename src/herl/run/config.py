@@ -7,8 +7,9 @@ Every setting has one dotted key, the same in a preset file and on the command l
 - ``env.NAME``: an argument of the env's constructor (``env.n_bits=15``);
 - ``her.enabled`` (``auto``: on for goal envs), ``her.strategy``, ``her.n_sampled_goal``, ``her.desired_goal_share``,
   ``her.online_sampling``, ``her.copy_info_dict``;
-- ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.layer_norm``, ``policy.n_critics``; TQC's ``policy.n_quantiles``; DQN's ``policy.dueling``; CrossQ's
-  ``policy.batch_norm_momentum``, ``policy.renorm_warmup_steps``; ``policy.features_extractor`` and its
+- ``policy.net_arch``, ``policy.activation_fn``, ``policy.precision``, ``policy.layer_norm``, ``policy.n_critics``;
+  TQC's ``policy.n_quantiles``; DQN's ``policy.dueling``; CrossQ's ``policy.batch_norm_momentum``,
+  ``policy.batch_norm_eps``, ``policy.renorm_warmup_steps``; ``policy.features_extractor`` and its
   ``policy.features_extractor_kwargs``, ``policy.share_features_extractor``, ``policy.normalize_images``;
 - ``noise.type`` (``auto``, ``none``, ``normal``, ``ornstein-uhlenbeck``), ``noise.sigma``: exploration noise;
 - ``eval.freq``, ``eval.episodes``, ``eval.deterministic``, ``eval.on_workers``; ``checkpoint.freq``, ``checkpoint.keep``;
@@ -83,6 +84,8 @@ class PolicySettings:
     """DQN: a dueling Q-network (value and advantage streams); None: off."""
     batch_norm_momentum: float | None = None
     """CrossQ: rate at which batch renormalization's running statistics move; None: 0.01."""
+    batch_norm_eps: float | None = None
+    """CrossQ: added to the variance before batch renormalization divides by its square root; None: 0.001."""
     renorm_warmup_steps: int | None = None
     """CrossQ: updates that normalize with batch statistics only, before the running ones take over; None: 100,000."""
     features_extractor: str | None = None
@@ -105,8 +108,9 @@ class PolicySettings:
             kwargs["net_arch"] = {part: list(sizes) for part, sizes in self.net_arch.items()}
         elif self.net_arch is not None:
             kwargs["net_arch"] = list(self.net_arch)
-        for name in ("layer_norm", "n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "renorm_warmup_steps",
-                     "features_extractor_kwargs", "share_features_extractor", "normalize_images", "input_keys"):
+        for name in ("layer_norm", "n_critics", "n_quantiles", "dueling", "batch_norm_momentum", "batch_norm_eps",
+                     "renorm_warmup_steps", "features_extractor_kwargs", "share_features_extractor", "normalize_images",
+                     "input_keys"):
             if getattr(self, name) is not None:
                 kwargs[name] = dict(getattr(self, name)) if name == "features_extractor_kwargs" else getattr(self, name)
         if self.features_extractor is not None:

@@ -60,11 +60,12 @@ class OffPolicyConfig:
     stats_window_size: int = 100
     """Episodes averaged in ``rollout/ep_rew_mean`` and ``rollout/success_rate``."""
     compile: bool = False
-    """Run each update's loss, forward and backward, through ``torch.compile`` (on CUDA in ``"reduce-overhead"``
-    mode: CUDA graphs, one launch for many kernels); the backward pass, Adam's step and the target updates stay one
-    call each, as in the eager update. The compiled update computes what the eager one does, to float rounding
-    (fused kernels round in their own order). Compiling takes seconds to a minute, paid at the first update and
-    reported; where it cannot compile (no C++ compiler for the CPU backend, say) the model warns and stays eager."""
+    """Run each gradient step through ``torch.compile`` as one function: the loss, its gradients, gradient clipping,
+    Adam's step and the target networks' Polyak averaging (on CUDA in ``"reduce-overhead"`` mode: one CUDA graph
+    replayed per step). An optimizer other than Adam gets the loss alone compiled, forward and backward, and its own
+    step. The compiled update computes what the eager one does, to float rounding (fused kernels round in their own
+    order); CrossQ refuses it. Compiling takes seconds to a minute, paid at the first update and reported; where it
+    cannot compile (no C++ compiler for the CPU backend, say) the model warns and stays eager."""
 
     # Defaults that changed, with the value they had: a saved config without the field gets the old one.
     former_defaults: ClassVar[Mapping[str, Any]] = {}
