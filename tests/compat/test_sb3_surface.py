@@ -119,6 +119,30 @@ def test_model_policy_is_a_module_with_sb3_names_state_dict_and_predict(model_cl
     assert model.policy_name == "MultiInputPolicy"
 
 
+@pytest.mark.parametrize("model_class", [SAC, DQN])
+def test_get_parameters_lists_each_weight_once_and_gives_sb3s_policy_entry(model_class):
+    env = BitFlippingEnv(4, continuous=model_class is not DQN, max_steps=4)
+    a, b = (model_class("MultiInputPolicy", env, **{**SMALL, "seed": seed}) for seed in (0, 1))
+    params = a.get_parameters()
+    # SB3's own test_save_load walks the entries, changes every tensor but each entry's last, and drops the last
+    # entry to see exact_match refuse it: that needs each weight listed once
+    tensors = [t for name, state in params.items() if not name.endswith(".optimizer") for t in state.values()]
+    assert "policy" not in params and len({t.data_ptr() for t in tensors}) == len(tensors)
+    with pytest.raises(ValueError, match="lack"):
+        b.set_parameters(dict(list(params.items())[:-1]), exact_match=True)
+    # params["policy"] is SB3's entry: every network by model.policy's names; changed, it is what set_parameters loads
+    policy = params["policy"]
+    assert policy.keys() == a.policy.state_dict().keys() and "policy" in params and params.get("policy") is policy
+    key = next(k for k in policy if k.endswith("weight"))
+    policy[key] = policy[key] + 1.0
+    b.set_parameters(params, exact_match=True)
+    assert torch.equal(b.policy.state_dict()[key], a.policy.state_dict()[key] + 1.0)
+    b.set_parameters({"policy": a.get_parameters()["policy"]}, exact_match=False)
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(b.predict(obs, deterministic=True)[0], a.predict(obs, deterministic=True)[0])
+    assert a.get_parameters().get("missing") is None
+
+
 def test_sb3_attributes_users_read_after_learning():
     env = BitFlippingEnv(4, max_steps=4)
     model = DQN("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, learning_rate=5e-4, **SMALL)

@@ -69,6 +69,29 @@ def check_n_step_gamma(model: Any, buffer: Any) -> None:
         )
 
 
+class Parameters(dict):
+    """:meth:`OffPolicyAlgorithm.get_parameters`' dict: one entry per network and optimizer, each weight listed once.
+
+    SB3's ``"policy"`` entry (every network in one state dict, by ``model.policy``'s names) is given on request:
+    ``params["policy"]`` returns it and from then on holds it as an entry, so a copy of it that the caller changed is
+    what :meth:`~OffPolicyAlgorithm.set_parameters` loads (after the networks' own entries). Until asked for it is not
+    listed, so code that walks the entries (SB3's tests change every tensor but one per entry) sees no weight twice.
+    """
+
+    def __init__(self, entries: Mapping[str, Any], *, policy: Mapping[str, Any]) -> None:
+        super().__init__(entries)
+        self._policy = policy
+
+    def __missing__(self, key: str) -> Any:
+        if key != "policy":
+            raise KeyError(key)
+        self["policy"] = self._policy
+        return self._policy
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self or key == "policy" else default
+
+
 class OffPolicyAlgorithm:
     """Base of DQN, DDPG, TD3 and SAC. Construct one of those, not this class.
 
@@ -974,18 +997,15 @@ class OffPolicyAlgorithm:
         self._custom_logger = True
 
     # ------------------------------------------------------------------ parameters and files
-    def get_parameters(self) -> dict[str, dict[str, Any]]:
-        """State dicts of every network (``"actor"``, ``"critic"``, ...), of optimizer (``"<name>.optimizer"``), and
-        SB3's ``"policy"``: all networks in one, by ``model.policy``'s names."""
+    def get_parameters(self) -> Parameters:
+        """State dicts of every network (``"actor"``, ``"critic"``, ...) and optimizer (``"<name>.optimizer"``);
+        ``params["policy"]`` also gives SB3's entry, all networks in one by ``model.policy``'s names (see
+        :class:`Parameters`)."""
         # a network without state (an encoder that does not normalize) has no entry, as SB3 lists only what holds
         # tensors
-        params: dict[str, dict[str, Any]] = {name: state for name, module in self.nets.items()
-                                             if (state := module.state_dict())}
+        params = {name: state for name, module in self.nets.items() if (state := module.state_dict())}
         params.update({f"{name}.optimizer": opt.state_dict() for name, opt in self.optimizers.items()})
-        # SB3's entry: every network under model.policy's names, for code that moves weights by it
-        # (b.set_parameters({"policy": a.get_parameters()["policy"]}, exact_match=False))
-        params["policy"] = self.policy.state_dict()
-        return params
+        return Parameters(params, policy=self.policy.state_dict())
 
     def set_parameters(self, load_path_or_dict: str | os.PathLike | Mapping[str, Any], exact_match: bool = True,
                        device: torch.device | str = "auto") -> None:
