@@ -107,6 +107,32 @@ def test_a_sigterm_to_the_parent_of_parallel_seeds_reaches_every_worker(tmp_path
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_signal_while_finished_workers_exit_is_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM in the last moment of ``--jobs``, every run finished and the pool waiting for its workers to exit:
+    the command ends with its results, rather than die of the signal (exit 143, no summary)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from herl.run import train
+
+    shutdown = ProcessPoolExecutor.shutdown
+
+    def signalled_shutdown(pool, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered here, while the pool shuts down
+        return shutdown(pool, *args, **kwargs)
+
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))  # not this test's death
+    try:
+        monkeypatch.setattr(ProcessPoolExecutor, "shutdown", signalled_shutdown)
+        # dict(**kwargs, position=i) stands for a run: a function a spawned worker can import
+        results = train.run_parallel([(dict, {"seed": 0}), (dict, {"seed": 1})], 2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert results == [{"seed": 0, "position": 0}, {"seed": 1, "position": 1}]
+    assert received == []  # the command's own handler took it, and let the finished command end
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_workers_whose_parent_is_killed_write_a_checkpoint_and_exit(tmp_path: Path) -> None:
     """``--jobs 2`` killed with SIGKILL (nothing to pass on): each worker notices its parent is gone, writes its
     checkpoint, releases its run and exits, and the folder resumes (the third seed, queued, starts or resumes then)."""

@@ -827,8 +827,9 @@ def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list
         return summaries
     n_workers = min(n_workers, len(jobs))
     context = multiprocessing.get_context("spawn")  # fork after torch has started threads can deadlock
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=context, initializer=_init_worker) as pool, \
-            _ForwardSignals() as forward:
+    # the handler outlives the pool: its shutdown, which waits for the workers to exit, is covered too
+    with _ForwardSignals() as forward, \
+            ProcessPoolExecutor(max_workers=n_workers, mp_context=context, initializer=_init_worker) as pool:
         futures = [pool.submit(_in_worker, fn, kwargs, i) for i, (fn, kwargs) in enumerate(jobs)]
         pending = futures
         while pending:  # waits in short slices: a signal handler runs between them
@@ -837,6 +838,7 @@ def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list
                 for future in pending:
                     future.cancel()  # not started: leave it so
         if not forward.signal_name:
+            forward.finished = True  # every run ended: a signal from now on has nothing to stop
             return [f.result() for f in futures]
         errors = [f.exception() for f in futures if not f.cancelled()]
         bug = next((e for e in errors if e is not None and not isinstance(e, (KeyboardInterrupt, BrokenProcessPool))),
@@ -892,8 +894,11 @@ class _ForwardSignals(_OnStopSignals):
     def __init__(self) -> None:
         super().__init__()
         self.signal_name = ""
+        self.finished = False
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.finished:  # every run has ended and written its files: exit as if it came a moment later
+            return
         if not self.signal_name:
             self.signal_name = signal.Signals(signum).name
             print(f"\nherl train: {self.signal_name}: every run writes a checkpoint and stops (send it again to stop "
