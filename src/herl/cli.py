@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from herl.run.errors import CLIError
+from herl.run.errors import CLIError, herl_warnings_as_lines
 
 EXAMPLES = """examples:
   herl train --env FetchReach-v4                       # the preset's algorithm and settings
@@ -263,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    restore_warnings = herl_warnings_as_lines(args.command)
     try:
         return args.func(args) or 0
     except CLIError as err:
@@ -282,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as err:
         print(f"\nherl {args.command}: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr)
         return 130
+    finally:
+        restore_warnings()
 
 
 # ---------------------------------------------------------------------------------------------------------------------

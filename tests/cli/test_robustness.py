@@ -226,6 +226,20 @@ def test_a_damaged_latest_json_falls_back_to_the_newest_complete_checkpoint(fini
             assert latest_checkpoint(run) == newest
 
 
+def test_a_damaged_latest_json_is_said_once_as_one_line_of_the_command(finished: Path, tmp_path: Path) -> None:
+    run = _copy(finished, tmp_path)
+    (run / "checkpoints" / "latest.json").write_text("{not json")
+    (run / "summary.json").unlink()
+    # a process of its own: pytest records the warnings of a command run in its process, rather than let them print
+    done = subprocess.run([sys.executable, "-m", "herl", "train", "--resume", str(run), "--timesteps", "400",
+                           "--progress", "off"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    said = [line for line in err.splitlines() if "latest.json is not usable" in line]
+    assert len(said) == 1 and said[0].startswith("herl train: warning: "), err  # not Python's two-line form
+    assert "UserWarning" not in err and latest_checkpoint(run).step == 400
+
+
 def test_a_truncated_checkpoint_falls_back_to_the_previous_one(finished: Path, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     run = _copy(finished, tmp_path)

@@ -73,6 +73,11 @@ def checkpoints_folder(run_dir: Path) -> Path:
     return root
 
 
+_said: set[str] = set()
+"""The unusable ``latest.json`` warnings this process gave (Python's own once-only filter forgets them whenever a
+``warnings.catch_warnings`` block ends)."""
+
+
 def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
     """The checkpoint ``latest.json`` names, or None when the run has none yet.
 
@@ -97,7 +102,10 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, OSError) as err:
         found = complete_checkpoints(run_dir)
         instead = f"resuming from {found[0].path.name} instead" if found else "and there is no other checkpoint"
-        warnings.warn(f"{pointer} is not usable ({err}): {instead}", stacklevel=2)
+        message = f"{pointer} is not usable ({err}): {instead}"
+        if message not in _said:  # a run's resume and its next checkpoint both look: said once
+            _said.add(message)
+            warnings.warn(message, stacklevel=2)
         return found[0] if found else None
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from herl.errors import HerlError
 
@@ -42,6 +46,27 @@ class Interrupted(KeyboardInterrupt):
 
     def __reduce__(self):  # so it crosses from a --jobs worker process intact
         return (type(self), (str(self), self.how))
+
+
+def herl_warnings_as_lines(command: str) -> Callable[[], None]:
+    """Show the warnings herl's own code gives as one line each, ``herl COMMAND: warning: message`` on stderr, as the
+    command's other messages; a library's or an env's keep Python's form, which names where they come from. Only the
+    text changes (``warnings.formatwarning``): filters and ``catch_warnings(record=True)`` see the same warnings.
+    Returns the function that puts Python's form back."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    previous = warnings.formatwarning
+
+    def text(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+        if os.path.abspath(filename).startswith(package):
+            return f"herl {command}: warning: {message}\n"
+        return previous(message, category, filename, lineno, line)
+
+    warnings.formatwarning = text
+
+    def restore() -> None:
+        warnings.formatwarning = previous
+
+    return restore
 
 
 def output_file(path: Path, flag: str = "-o") -> Path:

@@ -44,7 +44,7 @@ from herl.run.checkpoint import (
 from herl.errors import NonFiniteError
 from herl.run.config import TrainConfig, algorithm_class
 from herl.run.envs import endless_episode_guard, make_env, make_training_env
-from herl.run.errors import CLIError, Interrupted, WorkersLost
+from herl.run.errors import CLIError, Interrupted, WorkersLost, herl_warnings_as_lines
 from herl.run.folders import CONFIG_FILE, SUMMARY_FILE, read_config, read_progress
 from herl.run.folders import find_seed_runs  # noqa: F401 (herl.run.train's name before run.folders held it)
 from herl.run.progress import Progress
@@ -855,6 +855,7 @@ def _init_worker() -> None:
     a run installs :class:`StopOnSignal`, remember a stop signal rather than die of it."""
     global _worker_stop_signals
     _worker_stop_signals = []
+    herl_warnings_as_lines("train")
     if hasattr(os, "setpgrp"):
         os.setpgrp()
     for signum in (signal.SIGTERM, signal.SIGINT):
