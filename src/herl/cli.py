@@ -328,11 +328,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
             pace = f"{parallel} at once" if parallel > 1 else f"one at a time (--jobs {n_runs} trains them at once)"
             print(f"herl train: resuming {n_runs} runs in {args.resume}{started}, {pace}", flush=True)
         every = [*run_configs.values(), *pending.values()]
+        # a started run keeps its threads, which a bit-exact continuation needs (a parallel reduction sums in
+        # another order with another count); a run not started yet is fitted to the cores as a new one
+        for threads in sorted({config.threads for config in run_configs.values()}):
+            _threads_beside(threads, parallel, explicit=True, resumed=True)
         fits = {threads: _threads_beside(threads, parallel, explicit=False)
-                for threads in sorted({config.threads for config in every})}
+                for threads in sorted({config.threads for config in pending.values()})}
         workers = max(config.workers for config in every)
         jobs = [(_runner(config.env, "resume_run"), {"run_dir": run, "timesteps": args.timesteps,
-                                                      "progress": args.progress, "threads": fits[config.threads],
+                                                      "progress": args.progress,
                                                       **_worker_learner(config.workers and workers)})
                 for run, config in run_configs.items()]
         jobs += [(_runner(config.env, "start_run"),
@@ -441,9 +445,10 @@ def _share_cores(args: argparse.Namespace, configs: list[Any]) -> list[Any]:
     return [dataclasses.replace(c, threads=threads, notes=(*c.notes, note)) for c in configs]
 
 
-def _threads_beside(threads: int, parallel: int, *, explicit: bool) -> int | None:
+def _threads_beside(threads: int, parallel: int, *, explicit: bool, resumed: bool = False) -> int | None:
     """The torch threads for a run of ``threads`` trained beside ``parallel - 1`` others when they are too many for
-    the CPU cores (None when they fit, or when the command asked for them: then a note says what they cost)."""
+    the CPU cores (None when they fit, or when the command asked for them or ``resumed`` runs keep theirs: then a note
+    says what they cost)."""
     from herl.run.train import available_cpus, busy_cores, free_cores, threads_per_run
 
     cpus = available_cpus()
@@ -457,6 +462,12 @@ def _threads_beside(threads: int, parallel: int, *, explicit: bool) -> int | Non
     why = (f"{parallel} runs at once share {cpus} CPU cores" if free == cpus else
            f"other work keeps {busy:.1f} of the {cpus} CPU cores busy" + (f" and {parallel} runs share the rest"
                                                                          if parallel > 1 else ""))
+    if resumed:
+        print(f"herl train: note: {threads} torch threads per run, the runs' own (a resumed run keeps them, to "
+              f"continue exactly as it would have), but {why}: threads beyond the free cores slow every run "
+              f"several-fold (docs/cli.md, \"Threads\"); resume fewer runs at once (--jobs) or when cores are free",
+              file=sys.stderr, flush=True)
+        return None
     if explicit:
         print(f"herl train: note: {threads} torch threads per run, as asked, but {why}: threads beyond the free cores "
               f"slow every run several-fold (docs/cli.md, \"Threads\"); --threads {fit} fits", file=sys.stderr,

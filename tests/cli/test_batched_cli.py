@@ -120,6 +120,37 @@ def test_a_stop_signal_checkpoints_and_resume_ends_as_the_uninterrupted_run(whol
     assert _eval_rows(run) == _eval_rows(whole)
 
 
+def _rows_but_time(run: Path) -> list[dict[str, str]]:
+    with open(run / "progress.csv") as f:
+        return [{k: v for k, v in row.items() if not k.startswith("time/") or k == "time/total_timesteps"}
+                for row in csv.DictReader(f)]
+
+
+def test_a_stop_at_an_evaluation_step_resumes_with_that_evaluation_and_the_same_rows(
+        whole: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM during the round that ends at step 400, where an evaluation is due: the checkpoint comes first, and
+    the resumed run makes that evaluation; every row (the losses of the updates before the stop included) is the
+    run never stopped's."""
+    config = read_config(whole)
+    run = tmp_path / "stopped"
+    write_rows = batched._RunLoop.write_rows
+
+    def signal_at_400(loop: batched._RunLoop) -> None:
+        write_rows(loop)
+        if loop.trainer.model.num_timesteps == 400:  # the signal lands as the round ends, before the loop's checks
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(batched._RunLoop, "write_rows", signal_at_400)
+    with pytest.raises(Interrupted, match="stopped by SIGTERM at step 400"):
+        batched.start_run(config, run, progress="off")
+    monkeypatch.undo()
+    assert herl("train", "--resume", run, "--progress", "off") == 0
+    _assert_same_model(whole / "model.zip", run / "model.zip")
+    assert _eval_rows(run) == _eval_rows(whole)
+    assert _rows_but_time(run) == _rows_but_time(whole)
+    assert OffPolicyAlgorithm.load(run / "model.zip").config == OffPolicyAlgorithm.load(whole / "model.zip").config
+
+
 def test_a_run_whose_last_round_passes_its_total_can_be_extended(tmp_path: Path) -> None:
     """8 envs step 104 steps for a total of 100: the run's files still load (the share of training left is saved as
     0, not below it), and --resume --timesteps extends it."""

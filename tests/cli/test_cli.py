@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -143,6 +144,53 @@ def test_resume_after_sigkill_continues_exactly(tmp_path: Path) -> None:
     assert evals[0] == evals[1] and len(evals[0]) == 4
 
 
+def _rows_but_time(run: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(run / "progress.csv") as f:
+        return [{k: v for k, v in row.items() if not k.startswith("time/") or k == "time/total_timesteps"}
+                for row in csv.DictReader(f)]
+
+
+def test_a_stop_on_an_evaluation_step_resumes_with_the_same_log_and_settings(tmp_path: Path) -> None:
+    """SIGTERM stops at a rollout start, where this run (updates once per episode, an evaluation every episode)
+    is also due to evaluate and log: the resumed run makes that evaluation, logs the losses of the update before the
+    stop in its first row, and keeps SAC's target_entropy="auto" in its settings, as the run never stopped."""
+    args = ["--algo", "sac", "--env", "herl/PointReach-v0", "--timesteps", "1500", "--progress", "off",
+            "--set", "learning_starts=100", "--set", "policy.net_arch=[16,16]", "--set", 'train_freq=[1,"episode"]',
+            "--set", "gradient_steps=10", "--set", "log_interval=1", "--set", "eval.freq=50",
+            "--set", "eval.episodes=2", "--set", "checkpoint.freq=100000"]
+    assert herl("train", *args, "--run-dir", tmp_path / "whole") == 0
+    process = subprocess.Popen([sys.executable, "-m", "herl", "train", *args, "--run-dir", str(tmp_path / "stopped")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "stopped" / "seed_0"
+    deadline = time.monotonic() + 300
+    while _logged_steps(run) < 300:
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 130, process.stderr.read()
+    stopped_at = latest_checkpoint(run).step
+    assert 300 <= stopped_at < 1500 and stopped_at % 50 == 0  # at an evaluation step, every rollout start being one
+    assert herl("train", "--resume", tmp_path / "stopped", "--progress", "off") == 0
+    whole = OffPolicyAlgorithm.load(tmp_path / "whole" / "seed_0" / "model.zip")
+    resumed = OffPolicyAlgorithm.load(run / "model.zip")
+    assert resumed.config == whole.config and whole.config.target_entropy == "auto"
+    assert_same_weights_and_optimizer_states(whole, resumed)
+    assert _rows_but_time(run) == _rows_but_time(tmp_path / "whole" / "seed_0")
+
+
+def _logged_steps(run: Path) -> int:
+    import csv
+
+    with contextlib.suppress(FileNotFoundError):
+        text = (run / "progress.csv").read_text()
+        rows = list(csv.DictReader(text[: text.rfind("\n") + 1].splitlines()))
+        return max((int(float(r["time/total_timesteps"])) for r in rows if r.get("time/total_timesteps")), default=0)
+    return 0
+
+
 def _eval_rows(run: Path) -> list[tuple[str, str]]:
     import csv
 
@@ -216,6 +264,10 @@ def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path
     assert herl("train", "--resume", two_seeds, "--jobs", "3", "--progress", "off") == 0
     assert f"herl train: resuming 2 runs in {two_seeds}, 2 at once\n" in capsys.readouterr().out
     assert (tmp_path / "seed_0" / "model.zip").stat().st_mtime_ns == before
+    moved = tmp_path.parent / f"{tmp_path.name}_moved"
+    shutil.copytree(two_seeds, moved)
+    assert herl("train", "--resume", moved, "--progress", "off") == 0  # the summary names where the runs are now
+    assert str(moved / "seed_1") in capsys.readouterr().out
     assert herl("train", "--resume", tmp_path / "seed_0", "--timesteps", "400", "--progress", "off") == 0
     assert OffPolicyAlgorithm.load(tmp_path / "seed_0" / "model.zip").num_timesteps == 400
 
@@ -317,12 +369,14 @@ def test_runs_trained_at_once_get_threads_that_fit_the_cores(tmp_path: Path, mon
     assert herl("train", "--config", preset, *TINY, "--seed", "0", "1", "--run-dir", tmp_path / "c") == 0
     assert threads(tmp_path / "c", 1)[0] == 2 and "per run" not in capsys.readouterr().err  # one at a time
 
-    # Resumed at once, they run with fitting threads this time; config.json keeps the run's own.
+    # Resumed at once, they keep their own threads (a bit-exact continuation needs them), with a note of the cost.
     calls: list[tuple[list, int]] = []
     monkeypatch.setattr(train, "run_parallel", lambda jobs, n: calls.append((jobs, n)) or [])
-    for jobs, expected in (("2", 1), ("1", None)):
+    for jobs, noted in (("2", True), ("1", False)):
         assert herl("train", "--resume", tmp_path / "c", "--jobs", jobs, "--progress", "off") == 0
-        assert [kwargs["threads"] for _, kwargs in calls.pop()[0]] == [expected, expected]
+        assert [kwargs.get("threads") for _, kwargs in calls.pop()[0]] == [None, None]
+        err = capsys.readouterr().err
+        assert ("2 torch threads per run, the runs' own (a resumed run keeps them, to continue exactly" in err) is noted
     used: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", used.append)
     train.resume_run(tmp_path / "c" / "seed_0", timesteps=400, progress="off", threads=1)

@@ -132,6 +132,21 @@ def test_a_signal_while_finished_workers_exit_is_not_a_crash(monkeypatch: pytest
     assert received == []  # the command's own handler took it, and let the finished command end
 
 
+def _worker_killed(run_dir: str, position: int) -> None:
+    """A --jobs run whose process dies as under kill -9 or the OOM killer (no exception, no clean-up)."""
+    os._exit(137)
+
+
+def test_a_worker_process_that_dies_is_said_with_where_each_run_resumes(tmp_path: Path) -> None:
+    from herl.run import train
+    from herl.run.errors import Interrupted
+
+    with pytest.raises(Interrupted, match="a worker process died") as stop:
+        train.run_parallel([(_worker_killed, {"run_dir": str(tmp_path / "seed_0")}),
+                            (_worker_killed, {"run_dir": str(tmp_path / "seed_1")})], 2)
+    assert f"herl train --resume {tmp_path}" in str(stop.value) and "seed_1: not started" in str(stop.value)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_workers_whose_parent_is_killed_write_a_checkpoint_and_exit(tmp_path: Path) -> None:
     """``--jobs 2`` killed with SIGKILL (nothing to pass on): each worker notices its parent is gone, writes its

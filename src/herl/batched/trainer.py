@@ -260,7 +260,8 @@ class BatchedTrainer:
         arrays["episodes_ended"], arrays["episodes_succeeded"] = _numpy(self._ended), _numpy(self._succeeded)
         meta = {"settings": dataclasses.asdict(self.settings), "seed": self.seed,
                 "update_credit": self.update_credit.hex(),
-                "env": type(self.env).__name__, "n_envs": self.env.n_envs, "log": self.log}
+                "env": type(self.env).__name__, "n_envs": self.env.n_envs, "log": self.log,
+                "last_losses": self.model.last_losses()}
         with atomic_folder(folder) as tmp:
             self.model.save(tmp / MODEL_FILE)
             write_archive(tmp / STATE_FILE, kind=TRAINER_KIND, version=TRAINER_VERSION, meta=meta, arrays=arrays)
@@ -293,6 +294,7 @@ class BatchedTrainer:
         trainer._ended = torch.from_numpy(np.array(arrays["episodes_ended"])).to(device)
         trainer._succeeded = torch.from_numpy(np.array(arrays["episodes_succeeded"])).to(device)
         trainer.log = list(meta["log"])
+        model.set_last_losses(meta.get("last_losses", {}))  # saves written before kept none
         return trainer
 
 

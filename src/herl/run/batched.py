@@ -57,6 +57,7 @@ from herl.run.train import (
     check_algorithm_fits,
     first_loadable_checkpoint,
     new_run_folder,
+    next_evaluation,
     resolved_config,
     restart_config,
     resumed_config,
@@ -269,6 +270,15 @@ class _RunLoop:
         self._next_eval = _next_multiple(step, config.eval.freq)
         self._next_checkpoint = _next_multiple(step, config.checkpoint.freq)
 
+    def start(self, fresh: bool) -> None:
+        """Evaluate before the first round where the run is due to: a fresh one at step 0, a resumed one where a stop
+        pre-empted an evaluation (:func:`herl.run.train.next_evaluation`)."""
+        step = self.trainer.model.num_timesteps
+        self._next_eval = next_evaluation(step, self.config.eval.freq, None if fresh else self.history)
+        if self.config.eval.freq and step >= self._next_eval:
+            self.evaluate()
+            self._next_eval = _next_multiple(step, self.config.eval.freq)
+
     def __call__(self, trainer: Any) -> bool:
         step = trainer.model.num_timesteps
         self.progress.update(step)
@@ -344,8 +354,7 @@ def _train(trainer: Any, config: TrainConfig, run_dir: Path, *, resume_step: int
         with StopOnSignal(run_dir) as stop:
             loop.stop = stop
             try:
-                if fresh and config.eval.freq:
-                    loop.evaluate()
+                loop.start(fresh)
                 trainer.learn(config.timesteps, log_every=log_every(trainer.env), callback=loop)
             except KeyboardInterrupt:
                 last = latest_checkpoint(run_dir)

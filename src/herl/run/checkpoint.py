@@ -17,6 +17,7 @@ gradient steps, the one point where a new ``learn`` call continues exactly as th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import warnings
@@ -172,6 +173,15 @@ def remove_partial_checkpoints(run_dir: Path) -> None:
                 tmp.unlink(missing_ok=True)
 
 
+def _is_loop_scalar(model: Any, name: str, value: Any) -> bool:
+    """Whether ``model.<name>`` is a number of the training loop's state (counters, seeds drawn) that a checkpoint
+    keeps: not a setting (verbose, ...), and not a hyperparameter, which the model file holds as given (SAC's
+    ``target_entropy="auto"``, not the -2.0 it came to; checkpoints written before kept it and their value is
+    skipped)."""
+    return (type(value) in (int, float, bool) and name not in _NOT_STATE
+            and name not in {field.name for field in dataclasses.fields(model.config)})
+
+
 def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     arrays = loop_arrays(model)
     env_meta = []
@@ -182,7 +192,7 @@ def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any],
     meta = {
         "step": model.num_timesteps,
         "wall_time": wall_time,
-        "scalars": {k: v for k, v in vars(model).items() if type(v) in (int, float, bool) and k not in _NOT_STATE},
+        "scalars": {k: v for k, v in vars(model).items() if _is_loop_scalar(model, k, v)},
         "envs": env_meta,
         "noise": None if noise is None else {
             "rng_state": noise.rng.bit_generator.state,
@@ -190,6 +200,9 @@ def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any],
         },
         "ep_info_buffer": list(model.ep_info_buffer),
         "ep_success_buffer": list(model.ep_success_buffer),
+        "last_losses": model.last_losses(),
+        # recorded and not yet logged (a stop at a rollout start comes before the row the previous updates began)
+        "pending_log": {} if model.logger is None else model.logger.pending(),
     }
     goal_moved = getattr(model.replay_buffer, "goal_moved_history", None)
     if goal_moved is not None:  # diagnostics/goal_moved_episodes' window: a resumed run logs what this one would
@@ -219,8 +232,14 @@ def load_checkpoint(checkpoint: Checkpoint, env: Any, *, device: str = "auto") -
 
 def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[Any, float]:
     for key, value in meta["scalars"].items():  # only the numbers a checkpoint saves, never settings such as verbose
-        if type(value) in (int, float, bool) and key not in _NOT_STATE and type(getattr(model, key, None)) is type(value):
-            setattr(model, key, value)
+        if _is_loop_scalar(model, key, value) and type(getattr(model, key, None)) is type(value):
+            object.__setattr__(model, key, value)  # a counter, never a hyperparameter change (set_hyperparameters)
+    model.set_last_losses(meta.get("last_losses", {}))  # checkpoints written before kept none
+    if meta.get("pending_log"):  # held until the resumed run's logger takes them (herl.run.train._train)
+        from herl.training.logger import Logger
+
+        model.logger = Logger()
+        model.logger.take_pending(meta["pending_log"])
     maxlen = model.ep_info_buffer.maxlen
     model.ep_info_buffer = deque(meta["ep_info_buffer"], maxlen=maxlen)
     model.ep_success_buffer = deque(meta["ep_success_buffer"], maxlen=maxlen)

@@ -208,9 +208,10 @@ class RunCallback(BaseCallback):
 
     def _on_training_start(self) -> None:
         step = self.model.num_timesteps
-        if self.fresh and self.config.eval.freq:
+        self._next_eval = next_evaluation(step, self.config.eval.freq, None if self.fresh else self.history)
+        if self.config.eval.freq and step >= self._next_eval:  # a fresh run's at step 0, or one a stop pre-empted
             self.evaluate()
-        self._next_eval = _next_multiple(step, self.config.eval.freq)
+            self._next_eval = _next_multiple(step, self.config.eval.freq)
         self._next_checkpoint = _next_multiple(step, self.config.checkpoint.freq)
 
     def _on_rollout_start(self) -> None:
@@ -360,6 +361,16 @@ def _next_multiple(step: int, freq: int) -> int:
     return (step // freq + 1) * freq if freq else 0
 
 
+def next_evaluation(step: int, freq: int, history: list[tuple[int, float | None, float]] | None) -> int:
+    """The step from which a run at ``step`` evaluates next: 0 for a fresh run (``history`` None: it evaluates
+    first); for a resumed one, the schedule of the run never stopped, from its last logged evaluation. A stop that
+    came at a rollout start where an evaluation was due wrote its checkpoint first, so the resumed run owes that
+    evaluation and makes it at once, as the run never stopped made it at that step."""
+    if history is None:
+        return 0
+    return _next_multiple(history[-1][0], freq) if history and freq else _next_multiple(step, freq)
+
+
 @contextlib.contextmanager
 def _claim(run_dir: Path):
     """Hold an exclusive OS lock on ``run_dir/train.pid`` while training, so that a second process cannot train the
@@ -441,6 +452,8 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
     """Train ``model`` to ``config.timesteps``; evaluate, checkpoint, save ``model.zip`` and ``summary.json``."""
     fresh = resume_step is None
     logger = open_run_logger(run_dir, resume_step=resume_step, wall_time_before=wall_time_before)
+    if not fresh and model.logger is not None:  # what the checkpoint's run had recorded and not yet logged
+        logger.take_pending(model.logger.pending())
     model.set_logger(logger)
     eval_env = make_env(config.env, dict(config.env_kwargs))
     progress = Progress(total=config.timesteps, initial=model.num_timesteps, label=f"seed {config.seed}",
@@ -720,7 +733,8 @@ def resumed_config(run_dir: Path, config: TrainConfig, step: int,
     summary_path = run_dir / SUMMARY_FILE
     if step >= config.timesteps and summary_path.exists():
         with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
-            return config, RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))
+            saved = RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))
+            return config, dataclasses.replace(saved, run_dir=str(run_dir))  # where it is now (moved or copied)
     return config, None
 
 
@@ -837,16 +851,19 @@ def run_parallel(jobs: list[tuple[Any, dict[str, Any]]], n_workers: int) -> list
             if forward.signal_name:
                 for future in pending:
                     future.cancel()  # not started: leave it so
-        if not forward.signal_name:
+        errors = [f.exception() for f in futures if not f.cancelled()]
+        broken = any(isinstance(e, BrokenProcessPool) for e in errors)
+        if not forward.signal_name and not broken:
             forward.finished = True  # every run ended: a signal from now on has nothing to stop
             return [f.result() for f in futures]
-        errors = [f.exception() for f in futures if not f.cancelled()]
-        bug = next((e for e in errors if e is not None and not isinstance(e, (KeyboardInterrupt, BrokenProcessPool))),
-                   None)
-        if bug is not None:
-            raise bug
-        how = f"stopped by {forward.signal_name}"
-        raise Interrupted(_where_runs_resume(how, [kwargs["run_dir"] for _, kwargs in jobs]), how=how)
+    # the pool has shut down: every worker has exited (those of a broken pool were sent SIGTERM and wrote checkpoints)
+    bug = next((e for e in errors if e is not None and not isinstance(e, (KeyboardInterrupt, BrokenProcessPool))),
+               None)
+    if bug is not None:
+        raise bug
+    how = f"stopped by {forward.signal_name}" if forward.signal_name else \
+        "stopped: a worker process died (killed, or out of memory), and the others were stopped"
+    raise Interrupted(_where_runs_resume(how, [kwargs["run_dir"] for _, kwargs in jobs]), how=how)
 
 
 def _init_worker() -> None:

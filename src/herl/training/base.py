@@ -978,10 +978,19 @@ class OffPolicyAlgorithm:
             "or clip_target=True for -1/0 goal rewards). Continue from a checkpoint taken before this step."
         )
 
+    def last_losses(self) -> dict[str, float]:
+        """The last update's losses and coefficients as numbers, unchecked: what a checkpoint keeps, so that the first
+        log row after a resume holds what a run never stopped would log (:meth:`set_last_losses` puts them back)."""
+        return {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in self._train_info.items()}
+
+    def set_last_losses(self, losses: Mapping[str, float]) -> None:
+        """Take the last update's losses from :meth:`last_losses` of the model this one continues."""
+        self._train_info = {str(k): float(v) for k, v in losses.items()}
+
     def train_info(self) -> dict[str, float]:
         """The last update's losses and coefficients, as numbers (one device sync, at log time only)."""
         self.check_losses()
-        return {f"train/{k}": float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in self._train_info.items()}
+        return {f"train/{k}": v for k, v in self.last_losses().items()}
 
     def dump_logs(self) -> None:
         """Write the rollout, training and time statistics now (SB3's method; its ``LogEveryNTimesteps`` calls it)."""

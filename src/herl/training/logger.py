@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -193,6 +194,21 @@ class Logger:
             self._excluded.pop(key, None)
         else:
             self._excluded[key] = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+
+    def pending(self) -> dict[str, Any]:
+        """The numbers recorded since the last :meth:`dump`, with their means and exclusions: what a checkpoint keeps,
+        so that a run resumed from it logs the row a run never stopped would (:meth:`take_pending` puts them back)."""
+        values = {k: (v.item() if hasattr(v, "item") and callable(v.item) and _plain(v) else v)  # as dump() has them
+                  for k, v in self.values.items()}
+        return {"values": {k: v for k, v in values.items() if type(v) in (int, float, bool, str)},
+                "means": {k: list(v) for k, v in self._means.items()},
+                "excluded": {k: list(v) for k, v in self._excluded.items()}}
+
+    def take_pending(self, pending: Mapping[str, Any]) -> None:
+        """Record what :meth:`pending` of another logger returned (before anything else is recorded)."""
+        self.values.update(pending.get("values", {}))
+        self._means.update({k: [float(x) for x in v] for k, v in pending.get("means", {}).items()})
+        self._excluded.update({k: tuple(v) for k, v in pending.get("excluded", {}).items()})
 
     def log(self, *args: Any, level: int = INFO) -> None:
         """Print ``args`` on stdout when ``level`` reaches the logger's (SB3's ``logger.log``)."""
