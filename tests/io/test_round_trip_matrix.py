@@ -290,6 +290,20 @@ def test_a_model_reading_chosen_observation_entries_saves_loads_and_trains_on(al
     round_trip_of(model, lambda: make_env(case), "cpu", tmp_path)
 
 
+@pytest.mark.parametrize(("algo", "options"), [
+    ("CrossQ", dict(batch_norm_momentum=0.1, batch_norm_eps=1e-5, renorm_warmup_steps=5)),
+    ("TQC", dict(n_quantiles=7)), ("DQN", dict(dueling=True))])
+def test_an_algorithms_own_policy_options_save_load_and_train_on(algo: str, options: dict, tmp_path: Path):
+    """The policy options one algorithm reads (``--set policy.*`` as well): kept by the file, and the model trains on
+    as it would have (CrossQ past its renormalization warm-up)."""
+    case = Case(algo, "goal", "her", True, 1, "float32", False)
+    model = ALGOS[algo]("MultiInputPolicy", make_env(case), learning_starts=10, batch_size=8, buffer_size=300, seed=3,
+                        gamma=0.9, replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=buffer_kwargs(case, None),
+                        policy_kwargs=dict(net_arch=[16, 16], **options))
+    assert {k: model.policy_config.options[k] for k in options} == options
+    round_trip_of(model, lambda: make_env(case), "cpu", tmp_path)
+
+
 @pytest.mark.parametrize("algo", ["SAC", "TD3", "TQC", "CrossQ"])
 def test_a_model_with_a_float64_box_of_several_dimensions_saves_loads_and_trains_on(algo: str, tmp_path: Path):
     from tests.algorithms.test_action_space_forms import FLOAT32_OBS, FORMS, RecordingEnv
