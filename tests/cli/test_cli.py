@@ -272,6 +272,18 @@ def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path
     assert OffPolicyAlgorithm.load(tmp_path / "seed_0" / "model.zip").num_timesteps == 400
 
 
+def test_a_run_that_ends_past_its_total_loads_and_resumes(tmp_path: Path) -> None:
+    """301 steps of 3 envs end at 303: the progress left is below 0 (as in SB3), and the files still load."""
+    args = ["--env", "herl/BitFlipping-v0", "--set", "env.n_bits=4", "--set", "policy.net_arch=[16,16]",
+            "--n-envs", "3", "--progress", "off"]
+    assert herl("train", *args, "--timesteps", "301", "--run-dir", tmp_path) == 0
+    model = OffPolicyAlgorithm.load(tmp_path / "seed_0" / "model.zip")
+    assert model.num_timesteps == 303 and model._current_progress_remaining < 0
+    assert herl("eval", tmp_path, "--episodes", "2") == 0
+    assert herl("train", "--resume", tmp_path, "--timesteps", "600", "--progress", "off") == 0
+    assert latest_checkpoint(tmp_path / "seed_0").step == 600
+
+
 def test_extending_a_run_past_the_buffer_herl_chose_says_it_keeps_that_buffer(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import herl.run.train as train

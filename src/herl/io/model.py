@@ -378,9 +378,13 @@ def _restore_training_state(path: Path, model: Any, meta: dict[str, Any]) -> Non
         if name not in state:
             continue
         value, kind = state[name], type(getattr(model, name))
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+        # the progress left goes below 0 when the last rollout passes the total (n_envs steps at once, a worker's
+        # episode), as in SB3; a counter never does
+        low = -math.inf if name == "_current_progress_remaining" else 0
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low \
                 or (kind is int and type(value) is not int):
-            raise ArchiveError(f"{path}: its training state {name}={value!r} is not a number >= 0: the file is damaged")
+            raise ArchiveError(f"{path}: its training state {name}={value!r} is not a "
+                               f"{'finite number' if low else 'number >= 0'}: the file is damaged")
         setattr(model, name, kind(value))
     noise_state, noise = meta.get("action_noise_state"), model.action_noise
     if noise_state is None or noise is None:
