@@ -177,6 +177,22 @@ def test_herl_export_refuses_to_write_over_the_model_it_reads(tmp_path, capsys):
     assert source.read_bytes() == saved
 
 
+def test_herl_export_refuses_to_write_over_the_files_of_the_run_it_reads(tmp_path, capsys):
+    """A run folder's own files (settings, logs) and anything among its checkpoints, which herl prunes, are never an
+    export's output; a new file beside them is."""
+    assert main(["train", "--env", "herl/PointReach-v0", "--timesteps", "200", "--progress", "off", "--set",
+                 "policy.net_arch=[16]", "--set", "checkpoint.freq=100", "--run-dir", str(tmp_path)]) == 0
+    run = tmp_path / "seed_0"
+    checkpoint = run / "checkpoints" / "step_000000000100"
+    files = {path: path.read_bytes() for path in (run / "config.json", run / "progress.csv", checkpoint / "state.zip")}
+    for source, output in ((run, run / "config.json"), (run, run / "progress.csv"),
+                           (checkpoint, checkpoint / "state.zip"), (checkpoint, checkpoint / "new.onnx")):
+        assert main(["export", str(source), "-o", str(output), "--format", "onnx"]) == 2
+        assert f"-o {output} is a file of the run folder {run}" in capsys.readouterr().err
+    assert all(path.read_bytes() == saved for path, saved in files.items()) and not (checkpoint / "new.onnx").exists()
+    assert main(["export", str(run), "-o", str(run / "policy.pt")]) == 0
+
+
 def test_herl_export_refuses_a_missing_folder_and_a_folder_as_its_output(tmp_path, capsys):
     model = herl.SAC("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(net_arch=[16]), seed=0)
     model.save(tmp_path / "model.zip")

@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from herl.run.errors import CLIError, MissingExtraError, output_file
 from herl.run.evaluate import find_models, load_model
+from herl.run.folders import CONFIG_FILE
 
 
 def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, env_kwargs: dict[str, Any],
@@ -167,6 +168,14 @@ TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts")
 """The file names ``herl export`` writes TorchScript to without ``--format``; ``.onnx`` is ONNX's."""
 
 
+def _run_folder_of(model_file: Path) -> Path | None:
+    """The run folder a model file belongs to (``RUN/model.zip``, ``RUN/checkpoints/step_N/model.zip``), or None."""
+    for folder in list(model_file.resolve().parents)[:3]:
+        if (folder / CONFIG_FILE).is_file():
+            return folder
+    return None
+
+
 def export(target: Path, output: Path, *, fmt: str | None, check: bool, device: str) -> str:
     """Export the model at ``target`` (a model file or a run folder) to ``output``; returns what was done.
 
@@ -182,6 +191,11 @@ def export(target: Path, output: Path, *, fmt: str | None, check: bool, device: 
         suggestion = source.with_suffix(".pt" if fmt == "torchscript" else ".onnx")
         raise CLIError(f"-o {output} is the model being exported ({source}): the export would replace it; write it "
                        f"to another file, e.g. -o {shlex.quote(str(suggestion))}")
+    run = _run_folder_of(source)
+    if run is not None and ((output.exists() and output.resolve().is_relative_to(run.resolve()))
+                            or output.resolve().is_relative_to((run / "checkpoints").resolve())):
+        raise CLIError(f"-o {output} is a file of the run folder {run}, or lies among its checkpoints, which herl "
+                       "keeps and prunes: write the export elsewhere, or under a new name beside the run's files")
     output_file(output)
     if chosen is None and output.suffix != ".onnx" and output.suffix not in TORCHSCRIPT_SUFFIXES:
         raise CLIError(f"-o {output}: herl writes ONNX to a .onnx file and TorchScript to a "
