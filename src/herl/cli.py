@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import shlex
 import statistics
 import sys
@@ -695,6 +696,24 @@ def _env_set(assignments: list[str]) -> dict[str, Any]:
     return kwargs
 
 
+def _check_video_output(args: argparse.Namespace, models: list[Path]) -> None:
+    """``--video`` names a new file or one of the user's, never a model being evaluated or a file of its run folder;
+    ``--video-episodes`` are some of the evaluated episodes (the frames are held in memory until the file is
+    written)."""
+    from herl.run.demos import run_folder_of
+
+    if args.video_episodes is not None and args.video_episodes > args.episodes:
+        raise CLIError(f"--video-episodes {args.video_episodes} is more than the --episodes {args.episodes} evaluated: "
+                       "the video shows some of them; raise --episodes or lower --video-episodes")
+    video = args.video.resolve()
+    for model in models:
+        run = run_folder_of(model)
+        if video == model.resolve() or (args.video.exists() and os.path.samefile(args.video, model)) or (
+                run is not None and args.video.exists() and video.is_relative_to(run.resolve())):
+            what = "the model evaluated" if run is None else f"a file of the run folder {run}"
+            raise CLIError(f"--video {args.video} is {what}: write the video to another file")
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from herl.run.evaluate import evaluate, find_models, load_model, record_video
 
@@ -703,6 +722,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     for message in left_out:
         print(f"herl eval: note: {message}", file=sys.stderr)
     env_kwargs = _env_set(args.set)
+    if args.video is not None:
+        _check_video_output(args, [item.path for item in models])
     results, video_done = [], False
     for item in models:
         env_id = args.env or item.env

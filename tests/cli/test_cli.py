@@ -642,7 +642,14 @@ def test_eval_of_a_model_file_with_a_video(two_seeds: Path, tmp_path: Path, caps
     assert video.stat().st_size > 0
     assert "video:" in capsys.readouterr().out
     assert herl("eval", two_seeds / "seed_0", "--episodes", "2", "--video", tmp_path / "two.gif") == 0
-    assert "(2 episode(s)" in capsys.readouterr().out  # no more episodes than --episodes unless asked
+    assert "(2 episode(s)" in capsys.readouterr().out  # no more episodes than --episodes
+    model, saved = two_seeds / "seed_0" / "model.zip", (two_seeds / "seed_0" / "model.zip").read_bytes()
+    for flags, message in ((["--video", model], "is a file of the run folder"),
+                           (["--video", two_seeds / "seed_0" / "progress.csv"], "is a file of the run folder"),
+                           (["--video", tmp_path / "x.gif", "--video-episodes", "3"], "more than the --episodes 2")):
+        assert herl("eval", two_seeds / "seed_0", "--episodes", "2", *flags) == 2
+        assert message in capsys.readouterr().err
+    assert model.read_bytes() == saved
 
 
 def test_eval_of_a_folder_leaves_out_a_run_with_no_model_yet(two_seeds: Path, tmp_path: Path,

@@ -168,7 +168,7 @@ TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts")
 """The file names ``herl export`` writes TorchScript to without ``--format``; ``.onnx`` is ONNX's."""
 
 
-def _run_folder_of(model_file: Path) -> Path | None:
+def run_folder_of(model_file: Path) -> Path | None:
     """The run folder a model file belongs to (``RUN/model.zip``, ``RUN/checkpoints/step_N/model.zip``), or None."""
     for folder in list(model_file.resolve().parents)[:3]:
         if (folder / CONFIG_FILE).is_file():
@@ -191,7 +191,7 @@ def export(target: Path, output: Path, *, fmt: str | None, check: bool, device: 
         suggestion = source.with_suffix(".pt" if fmt == "torchscript" else ".onnx")
         raise CLIError(f"-o {output} is the model being exported ({source}): the export would replace it; write it "
                        f"to another file, e.g. -o {shlex.quote(str(suggestion))}")
-    run = _run_folder_of(source)
+    run = run_folder_of(source)
     if run is not None and ((output.exists() and output.resolve().is_relative_to(run.resolve()))
                             or output.resolve().is_relative_to((run / "checkpoints").resolve())):
         raise CLIError(f"-o {output} is a file of the run folder {run}, or lies among its checkpoints, which herl "
