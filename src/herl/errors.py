@@ -132,7 +132,7 @@ def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
 
 
 def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else str(x)
 
 
 def integer(low: int | None = None, high: int | None = None, **kw: Any) -> Rule:

@@ -615,3 +615,19 @@ def test_a_settings_file_is_named_as_given_and_may_leave_the_algorithm_to_the_co
     settings.write_text('algo = "dqn"\nenvs = "herl/BitFlipping-v0"\n')
     assert herl("train", *TINY, "--config", settings, "--run-dir", tmp_path / "d") == 2
     assert "envs must be a list of env ids or patterns" in capsys.readouterr().err
+
+
+def test_damaged_progress_files_deep_settings_and_huge_clips_are_one_line(finished: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(finished, tmp_path / "runs")
+    for damage in (b"\xff\xfe", b"a" * 200_000 + b"\n1\n"):  # not UTF-8; a field past csv's size limit
+        (run / "progress.csv").write_bytes(damage)
+        assert herl("plot", run, "-o", tmp_path / "curves.png") == 2
+        assert "progress.csv is not a progress file herl can read" in capsys.readouterr().err
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert herl("train", "--config", deep, "--run-dir", tmp_path / "deep") == 2
+    assert "nests arrays or tables too deeply" in capsys.readouterr().err
+    assert herl("train", *TINY, "--set", "clip_observations=1e39", "--run-dir", tmp_path / "clip") == 2
+    assert "clip_observations must be a finite number > 0 and <= 3.4e+38" in capsys.readouterr().err
+    assert not (tmp_path / "clip").exists()

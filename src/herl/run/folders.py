@@ -94,8 +94,12 @@ def read_progress(path: Path) -> list[dict[str, str]]:
     """The rows of a run's ``progress.csv`` (none when it does not exist yet)."""
     if not path.exists():
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise CLIError(f"{path} is not a progress file herl can read ({err}): it is damaged; herl writes it as "
+                       "comma-separated UTF-8 text with one row per log") from None
 
 
 def _check_exists(path: Path) -> None:

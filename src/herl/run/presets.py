@@ -86,6 +86,8 @@ def parse_preset(name: str, text: str, source: str | None = None) -> Preset:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise CLIError(f"{source} is not valid TOML: {err}") from err
+    except RecursionError:
+        raise CLIError(f"{source} nests arrays or tables too deeply for a settings file") from None
     algo = data.get("algo")
     if algo not in ALGOS and not (users and algo is None):
         raise CLIError(f"{source}: algo must be one of {', '.join(ALGOS)}, got {algo!r} (e.g. algo = \"tqc\")")

@@ -84,7 +84,8 @@ class OffPolicyConfig:
         "gradient_steps": integer(-1, note="-1: as many as env steps collected"),
         "n_steps": POSITIVE_INT,
         "normalize_observations": Rule("bool", also=(None,)),
-        "clip_observations": number(0.0, low_open=True),
+        # the normalizer clips in float32: a bound past its largest value would overflow there
+        "clip_observations": number(0.0, 3.4e38, low_open=True),
         "stats_window_size": POSITIVE_INT,
         "compile": BOOL,
         "train_freq": None,  # checked in validate: an int or (n, unit)
