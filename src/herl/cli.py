@@ -677,6 +677,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(format_table(result.headers, result.rows))
     for line in result.notes:
         print(line)
+    if result.rows and not result.evaluated:
+        print("herl sweep: error: no trial reached an evaluation (their status above; each trial's error is in "
+              "Ray's output before it)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -106,6 +106,8 @@ def test_unknown_search_parameter_or_distribution_names_the_valid_ones() -> None
         parse_search("learning_rate=lognormal:1e-4:1e-3", "dqn")
     with pytest.raises(CLIError, match="LOW must be below HIGH and above 0"):
         parse_search("learning_rate=loguniform:0:1e-3", "dqn")
+    with pytest.raises(CLIError, match="LOW and HIGH must be finite numbers"):
+        parse_search("learning_rate=uniform:1:1e400", "dqn")
     assert parse_search("batch_size=choice:32,64", "dqn").args == (32, 64)
     assert parse_search("policy.net_arch=choice:[32,32],[64,64]", "dqn").args == ([32, 32], [64, 64])
 
@@ -340,6 +342,51 @@ def test_a_crafted_sweep_folder_is_refused_before_anything_runs(seed_sweep: Path
     err = _herl_stderr(capsys)
     assert len(err.splitlines()) == 1 and "has no trials.json" in err and "herl train --resume" in err
     assert not marker.exists()
+
+
+def test_a_new_sweep_takes_no_foreign_runs_and_checks_every_searched_value(seed_sweep: Path, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture) -> None:
+    """Runs already in DIR/runs would be taken for trials (a PointReach run reported as a bit flipping trial); a
+    searched value that no trial could train with is refused before anything runs, not in a failing trial."""
+    import shutil
+
+    occupied = tmp_path / "occupied"
+    shutil.copytree(seed_sweep / "runs" / "seed_0", occupied / "runs" / "seed_0")
+    assert herl("sweep", *BITS, "--timesteps", "200", "--sweep-dir", occupied) == 2
+    assert "holds runs already" in _herl_stderr(capsys) and not (occupied / "sweep.json").exists()
+    assert herl("sweep", *BITS, "--search", "batch_size=choice:32,-1", "--sweep-dir", tmp_path / "bad") == 2
+    assert "--search batch_size: the value -1 is refused" in _herl_stderr(capsys)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_trial_folder_that_is_a_link_or_holds_another_run_is_refused(seed_sweep: Path, tmp_path: Path) -> None:
+    """A trial resumes only its own run, and only inside the sweep's runs/ folder."""
+    from herl.distributed.sweep import read_spec, run_trial
+
+    spec = read_spec(seed_sweep)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    outside = tmp_path / "outside"
+    import shutil
+
+    shutil.copytree(seed_sweep / "runs" / "seed_0", outside)
+    (runs / "seed_0").symlink_to(outside)
+    with pytest.raises(CLIError, match="is a link"):
+        run_trial({"seed": 0}, spec=spec, runs_dir=str(runs))
+    (runs / "seed_0").unlink()
+    shutil.copytree(seed_sweep / "runs" / "seed_1", runs / "seed_0")  # seed 1's run in seed 0's folder
+    with pytest.raises(CLIError, match="holds a run whose seed differ from this trial's"):
+        run_trial({"seed": 0}, spec=spec, runs_dir=str(runs))
+
+
+def test_a_sweep_whose_trials_all_failed_exits_with_status_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    import herl.distributed.sweep as sweep
+
+    failed = sweep.SweepResult(["run", "status"], [["runs/seed_0", "error"]], ["summary: ..."], evaluated=0)
+    monkeypatch.setattr(sweep, "run_sweep", lambda *args, **kwargs: failed)
+    assert herl("sweep", *BITS, "--sweep-dir", tmp_path / "s") == 1
+    assert "no trial reached an evaluation" in capsys.readouterr().err
 
 
 def test_a_best_toml_naming_a_module_env_asks_before_importing_it(seed_sweep: Path, tmp_path: Path,

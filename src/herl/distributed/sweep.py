@@ -119,6 +119,8 @@ def parse_search(text: str, algo: str) -> SearchParam:
     if len(numbers) != 2 or not all(isinstance(n, want) and not isinstance(n, bool) for n in numbers):
         raise CLIError(usage)
     low, high = numbers
+    if not all(math.isfinite(n) for n in numbers):
+        raise CLIError(f"{usage}: LOW and HIGH must be finite numbers")
     if not low < high or (distribution.startswith("log") and low <= 0):
         raise CLIError(f"{usage}: LOW must be below HIGH" + (" and above 0" if distribution.startswith("log") else ""))
     return SearchParam(key, distribution, (low, high))
@@ -176,6 +178,12 @@ class SweepSpec:
                    trials=trials if search else 1, metric=metric, mode=mode, scheduler=scheduler,
                    max_failures=max_failures)
         config = spec.trial_config({p.key: p.args[0] for p in search}, spec.seeds[0])  # settings checked now
+        for param in search:  # every value a trial may get (each choice; a range's bounds), not only the first
+            for value in param.args[1:]:
+                try:
+                    spec.trial_config({**{p.key: p.args[0] for p in search}, param.key: value}, spec.seeds[0])
+                except (CLIError, ValueError) as err:
+                    raise CLIError(f"--search {param.key}: the value {value!r} is refused: {err}") from None
         if config.workers:
             raise CLIError("a sweep's trials collect in their own process: workers must be 0 in a sweep")
         if config.eval.freq == 0:
@@ -209,6 +217,8 @@ class SweepResult:
     rows: list[list[Any]]
     """One per trial, best first."""
     notes: list[str]
+    evaluated: int = 0
+    """Trials that reached an evaluation; none (every trial failed) makes ``herl sweep`` exit with status 1."""
 
 
 def run_trial(params: dict[str, Any], *, spec: SweepSpec, runs_dir: str) -> None:
@@ -228,7 +238,18 @@ def run_trial(params: dict[str, Any], *, spec: SweepSpec, runs_dir: str) -> None
     else:
         from herl.run.train import resume_run, start_run
 
+    if run_dir.is_symlink() or not run_dir.resolve().is_relative_to(Path(runs_dir).resolve()):
+        raise CLIError(f"{run_dir} is a link: a trial's run folder lies in {runs_dir}, so that nothing outside the "
+                       "sweep is written")
     if (run_dir / CONFIG_FILE).exists():  # Tune retries a trial whose process died: herl resumes it
+        from herl.run.train import read_config
+
+        ran, planned = read_config(run_dir), spec.trial_config(params, seed)
+        differ = [name for name in ("env", "algo", "seed") if getattr(ran, name) != getattr(planned, name)]
+        differ += [key for key in params if _setting(ran, key) != _setting(planned, key)]
+        if differ:
+            raise CLIError(f"{run_dir} holds a run whose {', '.join(differ)} differ from this trial's: it is not this "
+                           "sweep's run; move it away to train the trial from the start")
         last = latest_checkpoint(run_dir)
         resumed_from = last.step if last else 0
         print(f"herl sweep: {run_dir} resumes from step {resumed_from:,}", flush=True)
@@ -246,6 +267,16 @@ def run_trial(params: dict[str, Any], *, spec: SweepSpec, runs_dir: str) -> None
     else:
         start_run(spec.trial_config(params, seed), run_dir, progress="off",
                   on_eval=ReportEachEval(lambda metrics: tune.report({**metrics, "resumed_from_step": 0})))
+
+
+def _setting(config: Any, key: str) -> Any:
+    """The value of a ``--set`` key (``learning_rate``, ``env.n_bits``, ``policy.net_arch``) in a run's config."""
+    section, _, name = key.partition(".")
+    if not name:
+        return config.hyperparameters.get(key, getattr(config, key, None))
+    if section == "env":
+        return config.env_kwargs.get(name)
+    return getattr(getattr(config, section, None), name, None)
 
 
 def _last_evaluation(run_dir: Path) -> dict[str, float]:
@@ -429,6 +460,10 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, address: str | None = None, c
         what = "this sweep" if other == spec else f"a sweep of {other.env} ({_preset_name(other)})"
         raise CLIError(f"{sweep_dir} already holds {what}: continue it with `herl sweep --resume {sweep_dir}`, or "
                        "choose another --sweep-dir")
+    runs = sweep_dir / "runs"
+    if runs.is_symlink() or runs.exists() and (not runs.is_dir() or any(runs.iterdir())):
+        raise CLIError(f"{runs} holds runs already, which a new sweep would take for its trials: choose another "
+                       "--sweep-dir, or move them away")
     with ray_session(address, cpus, what="herl sweep"):  # first: a cluster not reached leaves no sweep folder behind
         sweep_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(existing, json.dumps(spec.to_json(), indent=1))
@@ -507,6 +542,7 @@ def summarize(spec: SweepSpec, sweep_dir: Path, state: SweepState) -> SweepResul
         writer.writerows([[t["run"], t["seed"], *(t["params"].get(k) for k in keys), t["final"], t["best"], t["steps"],
                            t["status"], t["resumed"] or ""] for t in trials])
     notes = [f"summary: {sweep_dir / 'summary.csv'}"]
+    finished = sum(t["final"] is not None for t in trials)
     if trials and trials[0]["final"] is not None:
         best = trials[0]
         settings: dict[str, Any] = {}
@@ -529,7 +565,7 @@ def summarize(spec: SweepSpec, sweep_dir: Path, state: SweepState) -> SweepResul
         notes.append(f"curves: herl plot {shlex.quote(str(sweep_dir / 'runs'))}")
     if any(t["status"] == "unfinished" for t in trials):
         notes.append(f"unfinished trials: continue them with herl sweep --resume {sweep_dir}")
-    return SweepResult(headers, rows, notes)
+    return SweepResult(headers, rows, notes, finished)
 
 
 def _short(value: Any) -> str:
