@@ -232,7 +232,12 @@ def _seed(text: str) -> int:
 
 
 def _non_negative_int(text: str) -> int:
-    return 0 if text.strip() == "0" else _positive_int(text)
+    if text.strip() == "0":
+        return 0
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(str(err).replace("a number >= 1", "a number >= 0")) from None
 
 
 def _add_ray_flags(parser: argparse.ArgumentParser) -> None:

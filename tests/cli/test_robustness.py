@@ -631,3 +631,13 @@ def test_damaged_progress_files_deep_settings_and_huge_clips_are_one_line(finish
     assert herl("train", *TINY, "--set", "clip_observations=1e39", "--run-dir", tmp_path / "clip") == 2
     assert "clip_observations must be a finite number > 0 and <= 3.4e+38" in capsys.readouterr().err
     assert not (tmp_path / "clip").exists()
+
+
+def test_a_negative_worker_count_or_time_limit_is_named_with_what_is_allowed(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        herl("train", *TINY, "--workers", "-1")
+    assert "--workers: expected a number >= 0, got -1" in capsys.readouterr().err
+    assert herl("train", *TINY, "--set", "env.max_episode_steps=-1", "--run-dir", tmp_path / "r") == 2
+    assert "env.max_episode_steps is the time limit of an episode, a whole number >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

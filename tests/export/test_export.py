@@ -231,3 +231,13 @@ def test_check_onnx_refuses_actions_that_are_nan(tmp_path, capsys):
     with pytest.warns(UserWarning, match="hold NaN"):
         assert main(["export", str(tmp_path / "nan.zip"), "-o", str(output)]) == 2
     assert "was not written" in capsys.readouterr().err and intact()
+
+
+def test_herl_export_of_a_bfloat16_model_says_its_graph_computes_in_float32(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    model = herl.SAC("MultiInputPolicy", PointReachEnv(), policy_kwargs=dict(net_arch=[16, 16], precision="bfloat16"),
+                     seed=0)
+    model.save(tmp_path / "model.zip")
+    assert main(["export", str(tmp_path / "model.zip"), "-o", str(tmp_path / "p.onnx")]) == 0
+    assert "computed in float32 as exported: this model's own predict runs its hidden layers in bfloat16" in \
+        capsys.readouterr().out

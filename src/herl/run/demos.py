@@ -59,7 +59,12 @@ def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, 
         demos = generate_expert_traj(expert, output, env, n_episodes=episodes, seed=seed,
                                      successful_only=successful_only)
     except (DatasetError, RuntimeError) as err:
-        raise CLIError(str(err)) from err
+        message = str(err)
+        if "raise max_attempts" in message:  # the Python function's argument; the command runs 3 x --episodes
+            message = message.replace("(raise max_attempts, or keep failures)",
+                                      f"in {3 * episodes} tries, 3 x --episodes (record without --successful-only, "
+                                      "or with a better policy)")
+        raise CLIError(message) from err
     finally:
         env.close()
     success = "" if demos.successes is None else f", {demos.successes.mean():.2f} of them successful"
@@ -229,4 +234,7 @@ def export(target: Path, output: Path, *, fmt: str | None, check: bool, device: 
                        "was") from None
     if check:
         line += f"\nchecked: onnxruntime's actions equal predict's on 1,000 observations (max abs error {error:.2g})"
+        if model.policy_config.precision != "float32":  # the graph computes in float32, predict in the model's
+            line += (f", computed in float32 as exported: this model's own predict runs its hidden layers in "
+                     f"{model.policy_config.precision}, which rounds its actions by ~1e-3")
     return line

@@ -237,6 +237,10 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
     ``training`` (see :data:`START_AIDS`), and is checked and left out otherwise."""
     env_id = resolve_env_id(env_id)
     kwargs = dict(env_kwargs or {})
+    limit = kwargs.get("max_episode_steps")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise CLIError(f"env.max_episode_steps is the time limit of an episode, a whole number >= 1 of env steps; got "
+                       f"{limit!r} (leave it out for the env's own)")
     repeat, time_feature, starts = 1, False, {}
     own = constructor_arguments(env_id) if {ACTION_REPEAT, TIME_FEATURE, *START_AIDS} & set(kwargs) else []
     for key, what in START_AIDS.items():
