@@ -196,7 +196,7 @@ def _add_settings_flags(train: argparse.ArgumentParser) -> None:
                        "policy.net_arch=[64,64], eval.freq=1000 (repeatable; a wrong key lists the valid ones)")
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, low: int = 1) -> int:
     try:
         number = float(text) if "e" in text.lower() else None  # 1e6 steps; 2.5e0 is no whole number, 1e400 too many
         value = int(text) if number is None else int(number)
@@ -204,8 +204,8 @@ def _positive_int(text: str) -> int:
             raise ValueError(text)
     except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected a number >= {low}, got {value}")
     return value
 
 
@@ -232,12 +232,7 @@ def _seed(text: str) -> int:
 
 
 def _non_negative_int(text: str) -> int:
-    if text.strip() == "0":
-        return 0
-    try:
-        return _positive_int(text)
-    except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(str(err).replace("a number >= 1", "a number >= 0")) from None
+    return _positive_int(text, low=0)
 
 
 def _add_ray_flags(parser: argparse.ArgumentParser) -> None:
@@ -709,7 +704,7 @@ def _check_video_output(args: argparse.Namespace, models: list[Path]) -> None:
     """``--video`` names a new file or one of the user's, never a model being evaluated or a file of its run folder;
     ``--video-episodes`` are some of the evaluated episodes (the frames are held in memory until the file is
     written)."""
-    from herl.run.demos import run_folder_of
+    from herl.run.folders import run_folder_of
 
     if args.video_episodes is not None and args.video_episodes > args.episodes:
         raise CLIError(f"--video-episodes {args.video_episodes} is more than the --episodes {args.episodes} evaluated: "

@@ -22,6 +22,7 @@ import json
 import shutil
 import warnings
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,13 +174,14 @@ def remove_partial_checkpoints(run_dir: Path) -> None:
                 tmp.unlink(missing_ok=True)
 
 
-def _is_loop_scalar(model: Any, name: str, value: Any) -> bool:
-    """Whether ``model.<name>`` is a number of the training loop's state (counters, seeds drawn) that a checkpoint
-    keeps: not a setting (verbose, ...), and not a hyperparameter, which the model file holds as given (SAC's
+def _loop_scalars(model: Any, values: Mapping[str, Any]) -> dict[str, int | float | bool]:
+    """The numbers of the training loop's state among ``values`` (counters, seeds drawn) that a checkpoint keeps: not
+    a setting (verbose, ...), and not a hyperparameter, which the model file holds as given (SAC's
     ``target_entropy="auto"``, not the -2.0 it came to; checkpoints written before kept it and their value is
     skipped)."""
-    return (type(value) in (int, float, bool) and name not in _NOT_STATE
-            and name not in {field.name for field in dataclasses.fields(model.config)})
+    settings = {field.name for field in dataclasses.fields(model.config)}
+    return {k: v for k, v in values.items()
+            if type(v) in (int, float, bool) and k not in _NOT_STATE and k not in settings}
 
 
 def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -192,7 +194,7 @@ def _loop_state(model: Any, env: Any, wall_time: float) -> tuple[dict[str, Any],
     meta = {
         "step": model.num_timesteps,
         "wall_time": wall_time,
-        "scalars": {k: v for k, v in vars(model).items() if _is_loop_scalar(model, k, v)},
+        "scalars": _loop_scalars(model, vars(model)),
         "envs": env_meta,
         "noise": None if noise is None else {
             "rng_state": noise.rng.bit_generator.state,
@@ -231,8 +233,8 @@ def load_checkpoint(checkpoint: Checkpoint, env: Any, *, device: str = "auto") -
 
 
 def _restore_loop_state(model: Any, env: Any, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[Any, float]:
-    for key, value in meta["scalars"].items():  # only the numbers a checkpoint saves, never settings such as verbose
-        if _is_loop_scalar(model, key, value) and type(getattr(model, key, None)) is type(value):
+    for key, value in _loop_scalars(model, meta["scalars"]).items():  # never settings such as verbose
+        if type(getattr(model, key, None)) is type(value):
             object.__setattr__(model, key, value)  # a counter, never a hyperparameter change (set_hyperparameters)
     model.set_last_losses(meta.get("last_losses", {}))  # checkpoints written before kept none
     if meta.get("pending_log"):  # held until the resumed run's logger takes them (herl.run.train._train)

@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 from herl.run.errors import CLIError, MissingExtraError, output_file
 from herl.run.evaluate import find_models, load_model
-from herl.run.folders import CONFIG_FILE
+from herl.run.folders import run_folder_of
 
 
 def record(env_id: str, policy: str, *, episodes: int, output: Path, seed: int, env_kwargs: dict[str, Any],
@@ -171,14 +171,6 @@ def _preset_flags(config: Any) -> list[str]:
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts")
 """The file names ``herl export`` writes TorchScript to without ``--format``; ``.onnx`` is ONNX's."""
-
-
-def run_folder_of(model_file: Path) -> Path | None:
-    """The run folder a model file belongs to (``RUN/model.zip``, ``RUN/checkpoints/step_N/model.zip``), or None."""
-    for folder in list(model_file.resolve().parents)[:3]:
-        if (folder / CONFIG_FILE).is_file():
-            return folder
-    return None
 
 
 def export(target: Path, output: Path, *, fmt: str | None, check: bool, device: str) -> str:

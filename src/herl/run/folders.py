@@ -84,6 +84,14 @@ def planned_runs(folder: Path) -> dict[Path, TrainConfig]:
                        "for: restore it, or delete it to resume only the seeds that started") from None
 
 
+def run_folder_of(model_file: Path) -> Path | None:
+    """The run folder a model file belongs to (``RUN/model.zip``, ``RUN/checkpoints/step_N/model.zip``), or None."""
+    for folder in list(model_file.resolve().parents)[:3]:
+        if (folder / CONFIG_FILE).is_file():
+            return folder
+    return None
+
+
 def seed_order(path: Path) -> tuple[int, str]:
     """Seed folders in the order of their seeds (``seed_2`` before ``seed_10``), other names after them."""
     suffix = path.name.rpartition("_")[2]
