@@ -15,7 +15,7 @@ import shlex
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from herl.run.errors import CLIError, herl_warnings_as_lines
 
@@ -265,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     restore_warnings = herl_warnings_as_lines(args.command)
+    # called with arguments (from Python, not as the process's command), put back the handlers of SIGTERM and SIGINT
+    # that a stopped run leaves for the process's exit
+    restore_signals = _signal_handlers() if argv is not None else lambda: None
     try:
         return args.func(args) or 0
     except CLIError as err:
@@ -286,6 +289,24 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         restore_warnings()
+        restore_signals()
+
+
+def _signal_handlers() -> Callable[[], None]:
+    """The function that puts back this moment's handlers of SIGTERM and SIGINT (main thread only)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for signum, handler in handlers.items():
+            if handler is not None:  # None: a handler set outside Python, which cannot be put back from it
+                signal.signal(signum, handler)
+
+    return restore
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -120,6 +120,26 @@ def test_a_stop_signal_checkpoints_and_resume_ends_as_the_uninterrupted_run(whol
     assert _eval_rows(run) == _eval_rows(whole)
 
 
+def test_a_stop_signal_after_the_last_round_lets_the_run_finish(whole: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM once the last round has trained: the run writes its final evaluation, model and summary as the run
+    never stopped did, and then stops the command (no other seed starts)."""
+    from herl.batched.trainer import BatchedTrainer
+
+    learn = BatchedTrainer.learn
+
+    def learn_then_signalled(trainer, *args, **kwargs):
+        learn(trainer, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(BatchedTrainer, "learn", learn_then_signalled)
+    run = tmp_path / "finished"
+    with pytest.raises(Interrupted, match="stopped by SIGTERM as the run finished at step 1,200"):
+        batched.start_run(read_config(whole), run, progress="off")
+    _assert_same_model(whole / "model.zip", run / "model.zip")
+    assert _eval_rows(run) == _eval_rows(whole) and (run / "summary.json").exists()
+
+
 def _rows_but_time(run: Path) -> list[dict[str, str]]:
     with open(run / "progress.csv") as f:
         return [{k: v for k, v in row.items() if not k.startswith("time/") or k == "time/total_timesteps"}

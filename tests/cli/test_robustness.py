@@ -46,12 +46,24 @@ def _copy(run: Path, tmp_path: Path) -> Path:
     return target
 
 
+# the herl command (as its console script runs it) that sends itself its stop signal once more as it exits, after
+# the stop's checkpoint: a scheduler's or a user's repeated signal
+_SIGNALLED_AGAIN_AT_EXIT = """
+import atexit, os, signal, sys
+from herl.cli import main
+atexit.register(os.kill, os.getpid(), int(sys.argv.pop(1)))
+sys.exit(main())
+"""
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_writes_a_checkpoint_and_says_how_to_resume(tmp_path: Path, signum: int) -> None:
+    """... and the same signal once more while the command exits leaves its exit status 130."""
     args = [*TINY, "--timesteps", "200000", "--set", "checkpoint.freq=100000", "--set", "eval.freq=0"]
-    process = subprocess.Popen([sys.executable, "-m", "herl", "train", *args, "--run-dir", str(tmp_path)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", _SIGNALLED_AGAIN_AT_EXIT, str(int(signum)), "train", *args,
+                                "--run-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
     run = tmp_path / "seed_0"
     deadline = time.monotonic() + 120
     while _logged_steps(run / "progress.csv") <= 100:  # trained past the step-0 checkpoint
@@ -64,9 +76,53 @@ def test_a_signal_writes_a_checkpoint_and_says_how_to_resume(tmp_path: Path, sig
     assert time.monotonic() - sent < 15  # within seconds
     assert process.returncode == 130, err
     assert "a checkpoint was written" in err and "herl train --resume" in err
+    assert "already stopping" in err  # the second signal, taken
     step = latest_checkpoint(run).step
     assert step > 100  # not only the one at step 0
     assert herl("train", "--resume", tmp_path, "--timesteps", str(step + 100), "--progress", "off") == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_after_a_stop_one_more_signal_is_taken_then_the_handlers_from_before(tmp_path: Path) -> None:
+    from herl.run.errors import Interrupted
+    from herl.run.train import StopOnSignal
+
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))  # not this test's death
+    try:
+        with pytest.raises(Interrupted), StopOnSignal(tmp_path) as stop:
+            os.kill(os.getpid(), signal.SIGTERM)  # the stop
+            assert stop.requested
+            raise Interrupted("stopped")
+        os.kill(os.getpid(), signal.SIGTERM)  # while the process exits: taken by herl's handler
+        assert received == []
+        os.kill(os.getpid(), signal.SIGTERM)  # and the next one by the handler from before
+        assert received == [signal.SIGTERM]
+        with StopOnSignal(tmp_path):  # without a stop, the handler from before is back at once
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert received == [signal.SIGTERM] * 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_signal_after_the_last_rollout_start_finishes_the_run_and_starts_no_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``herl train --seed 0 1`` in one process: a SIGTERM that arrives after seed 0's last rollout start (its training
+    done, its final evaluation and files to come) lets that run finish, and seed 1 does not start."""
+    from herl.run.train import RunCallback
+
+    def signalled(callback: RunCallback) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(RunCallback, "_on_training_end", signalled, raising=False)
+    assert herl("train", *TINY, "--seed", "0", "1", "--run-dir", tmp_path) == 130
+    assert (tmp_path / "seed_0" / "summary.json").exists() and (tmp_path / "seed_0" / "model.zip").exists()
+    assert not (tmp_path / "seed_1" / "config.json").exists()
+    monkeypatch.undo()
+    assert herl("train", "--resume", tmp_path) == 0  # starts seed 1
+    assert (tmp_path / "seed_1" / "summary.json").exists()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

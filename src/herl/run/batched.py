@@ -380,6 +380,8 @@ def _train(trainer: Any, config: TrainConfig, run_dir: Path, *, resume_step: int
         logger.close()
     summary = _summarize(run_dir, config, model.num_timesteps, logger.wall_time(), loop.history)
     atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(dataclasses.asdict(summary), indent=1))
+    if stop.requested:
+        raise stop.finished_anyway(model.num_timesteps)
     return summary
 
 

@@ -318,12 +318,18 @@ _worker_stop_signals: list[str] | None = None
 
 class _OnStopSignals:
     """A context that handles SIGTERM and SIGINT with ``_handle`` while it is entered (in the main thread only, the
-    one that may set handlers), and puts the previous handlers back after."""
+    one that may set handlers), and puts the previous handlers back after; after a stop, once one more of them has
+    arrived (see :class:`_AfterStop`)."""
 
     def __init__(self) -> None:
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a signal has stopped the training this context covers."""
         raise NotImplementedError
 
     def __enter__(self):
@@ -333,8 +339,25 @@ class _OnStopSignals:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        after_stop = _AfterStop(self._previous) if self.stopping else None
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, after_stop or handler)
+
+
+class _AfterStop:
+    """The handler of SIGTERM and SIGINT once a signal has stopped training and the process is on its way out (its
+    checkpoint written, or stopped at once on request): the next one is taken without effect, so that a scheduler's or
+    a user's repeated signal does not turn the command's exit status 130 into death by the signal; then the handlers
+    from before training are back, and a further signal acts as it would have."""
+
+    def __init__(self, previous: dict[int, Any]) -> None:
+        self.previous = dict(previous)
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        print(f"\nherl train: {signal.Signals(signum).name}: already stopping (send it again to end the process at "
+              "once)", file=sys.stderr, flush=True)
 
 
 class StopOnSignal(_OnStopSignals):
@@ -346,6 +369,16 @@ class StopOnSignal(_OnStopSignals):
         super().__init__()
         earlier = _worker_stop_signals or []
         self.run_dir, self.requested, self.signal_name = run_dir, bool(earlier), "".join(earlier[:1])
+
+    @property
+    def stopping(self) -> bool:
+        return self.requested
+
+    def finished_anyway(self, step: int) -> Interrupted:
+        """What stops the command when the signal came after the run's last rollout start: the run finished and wrote
+        its files, and no run after it starts (the other seeds of ``herl train --seed 0 1 2``)."""
+        return Interrupted(f"stopped by {self.signal_name} as the run finished at step {step:,}: its model and summary "
+                           "are written", how=f"stopped by {self.signal_name}")
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
@@ -497,6 +530,8 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
         print(f"herl train: note: {extra[-1]}", file=sys.stderr, flush=True)
     summary = _summarize(run_dir, config, model.num_timesteps, logger.wall_time(), callback.history, extra)
     atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(dataclasses.asdict(summary), indent=1))
+    if stop.requested:
+        raise stop.finished_anyway(model.num_timesteps)
     return summary
 
 
@@ -913,6 +948,10 @@ class _ForwardSignals(_OnStopSignals):
         super().__init__()
         self.signal_name = ""
         self.finished = False
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self.signal_name)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.finished:  # every run has ended and written its files: exit as if it came a moment later
