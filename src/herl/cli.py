@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(func=_cmd_plot)
 
     check = commands.add_parser("check-env", help="check that an env can be trained with HER", allow_abbrev=False)
-    check.add_argument("env", metavar="ID", help="gymnasium env id")
+    check.add_argument("env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4, or MODULE:ID for an env "
+                       "of your own (its module is imported, as herl train --env does)")
     check.add_argument("--set", action="append", default=[], metavar="env.NAME=VALUE", help="env arguments")
     check.add_argument("--steps", type=_positive_int, default=50, help="random steps checked (default: 50)")
     check.set_defaults(func=_cmd_check_env)
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="dataset folder to write")
     rec.add_argument("--seed", type=_seed, default=0, help="seed of the first episode (default: 0)")
     rec.add_argument("--successful-only", action="store_true", help="keep only successful episodes (runs more)")
-    rec.add_argument("--algo", choices=ALGOS, help="the algorithm whose preset settings choose the env (default: "
+    rec.add_argument("--algo", type=str.lower, choices=ALGOS, help="the algorithm whose preset settings choose the env (default: "
                      "the preset's), as in herl train")
     rec_preset = rec.add_mutually_exclusive_group()
     rec_preset.add_argument("--preset", metavar="NAME", help="the preset whose env settings (action repeat, time "
@@ -170,7 +171,7 @@ def _add_settings_flags(train: argparse.ArgumentParser) -> None:
     """The flags that choose a run's settings (train and sweep)."""
     from herl.run.config import ALGOS
 
-    train.add_argument("--algo", choices=ALGOS, help="algorithm (default: the preset's)")
+    train.add_argument("--algo", type=str.lower, choices=ALGOS, help="algorithm (default: the preset's)")
     train.add_argument("--env", metavar="ID", help="gymnasium env id, e.g. FetchReach-v4 or herl/BitFlipping-v0 "
                        "(with --resume: the run's own id, which confirms importing a module:Id env's module)")
     preset = train.add_mutually_exclusive_group()
@@ -471,7 +472,8 @@ def _threads_beside(threads: int, parallel: int, *, explicit: bool, resumed: boo
     """The torch threads for a run of ``threads`` trained beside ``parallel - 1`` others when they are too many for
     the CPU cores (None when they fit, or when the command asked for them or ``resumed`` runs keep theirs: then a note
     says what they cost)."""
-    from herl.run.train import available_cpus, busy_cores, free_cores, threads_per_run
+    from herl.run.train import threads_per_run
+    from herl.utils import available_cpus, busy_cores, free_cores
 
     cpus = available_cpus()
     if threads <= 1:
@@ -535,7 +537,7 @@ def _train_configs(args: argparse.Namespace) -> tuple[list[Any], Path]:
     settings = _settings(args)
     configs = [build_config(seed=seed, **settings) for seed in dict.fromkeys(args.seed)]
     if configs[0].her is not None and configs[0].batched is None:  # a batched env's goals are checked by its class
-        check_her_env(configs[0].env, dict(configs[0].env_kwargs))
+        check_her_env(configs[0].env, dict(configs[0].env_kwargs), copy_info_dict=configs[0].her.copy_info_dict)
     if configs[0].demos is not None:  # before any run folder: each run checks again (herl.run.start_run)
         from herl.run.demos import check_demos_env
         from herl.run.envs import make_env

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -77,3 +79,61 @@ def loaded_class(name: str, base: type) -> type | None:
     for part in qualname.split(".") if found is not None and qualname else []:
         found = getattr(found, part, None)
     return found if isinstance(found, type) and issubclass(found, base) else None
+
+
+def available_cpus() -> int:
+    """The CPU cores this process may run on: its affinity where the OS tells it, else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def busy_cores(interval: float = 0.25) -> float:
+    """How many cores other work keeps busy right now: the machine's busy share over ``interval`` seconds, from
+    /proc/stat (Linux), times its cores, less this process's own use; 0 where that cannot be read. The load average
+    would lag a minute behind: a run started just after another would take its cores for busy ones."""
+    def sample() -> tuple[int, int, float]:
+        with open("/proc/stat", encoding="ascii") as f:
+            values = [int(v) for v in f.readline().split()[1:9]]
+        own = os.times()
+        return values[3] + values[4], sum(values), own.user + own.system
+
+    try:
+        idle0, total0, own0 = sample()
+        time.sleep(interval)
+        idle1, total1, own1 = sample()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if total1 <= total0:
+        return 0.0
+    cores = os.cpu_count() or 1
+    busy = (1.0 - (idle1 - idle0) / (total1 - total0)) * cores - (own1 - own0) / interval
+    return max(0.0, busy)
+
+
+def free_cores(cpus: int, busy: float) -> int:
+    """The cores of ``cpus`` left for a run when other work keeps ``busy`` of them busy (one at least)."""
+    return max(1, cpus - int(busy + 0.5))
+
+
+_threads_checked = False
+
+
+def warn_if_threads_wait(device: torch.device, stacklevel: int = 3) -> None:
+    """Once a process, as it first trains on the CPU: warn when torch computes with more threads than the cores other
+    work leaves free. Torch's threads wait for one another at every op, and one on a busy core waits for that core:
+    a small network's update then takes many times as long (DQN's 25x, SAC's ~37x on a 2-core machine with one core
+    busy). herl leaves the thread count to the user (results repeat bit for bit at a given count); ``herl train``
+    chooses it from the free cores."""
+    global _threads_checked
+    if _threads_checked or device.type != "cpu" or torch.get_num_threads() == 1:
+        return
+    _threads_checked = True
+    threads, cpus = torch.get_num_threads(), available_cpus()
+    free = free_cores(cpus, busy_cores())
+    if threads > free:
+        warnings.warn(f"torch computes with {threads} threads, and other work leaves {free} of this machine's {cpus} "
+                      "cores free: a thread on a busy core makes the others wait for it at every op, and small "
+                      f"networks then train many times slower; call torch.set_num_threads({free}) before learn "
+                      "(herl train chooses so itself)", RuntimeWarning, stacklevel=stacklevel)

@@ -86,3 +86,13 @@ def test_exploration_noise_takes_the_box_shape_and_a_flat_one_is_refused_naming_
     with pytest.raises(ValueError, match=r"action_noise has shape \(4,\), the action space \(2, 2\): give mean and "
                                          r"sigma shaped \(2, 2\)"):
         model_class("MlpPolicy", env, action_noise=NormalActionNoise(np.zeros(4), np.ones(4)))
+
+
+@pytest.mark.parametrize("model_class", ALGORITHMS)
+def test_a_box_of_whole_numbers_is_refused_naming_the_fix(model_class):
+    """Actions cast to an integer Box within (-1, 1) are all 0: the agent could never move, so it is refused."""
+    from herl.errors import ActionSpaceError
+
+    env = gym.wrappers.TimeLimit(RecordingEnv(FLOAT32_OBS, spaces.Box(-1, 1, (2,), np.int64)), max_episode_steps=20)
+    with pytest.raises(ActionSpaceError, match="holds whole numbers: give the env a float32 Box"):
+        model_class("MlpPolicy", env)

@@ -96,7 +96,7 @@ def test_env_without_compute_reward():
     class NoReward:
         pass
 
-    with pytest.raises(ValueError, match="compute_reward"):
+    with pytest.raises(ValueError, match=r"the env given, NoReward, has no compute_reward method"):
         make(compute_reward=None, env=NoReward())
 
 
@@ -240,3 +240,23 @@ def test_a_compute_reward_the_user_gives_is_checked_at_construction_beside_an_en
             HerReplayBuffer(100, env.observation_space, env.action_space, compute_reward=broken, **kwargs)
     fixed = lambda a, d, i: -(np.linalg.norm(a - d, axis=-1) > 0.05).astype(np.float32)  # noqa: E731
     HerReplayBuffer(100, env.observation_space, env.action_space, env=env, compute_reward=fixed)
+
+
+def test_replay_buffer_class_takes_herls_classes_and_names_the_fix_for_anything_else():
+    """A buffer object (an SB3 mix-up: its length 0 made it read as 'no class', and HER was silently off), a class's
+    name, another library's class: each refused, saying what to pass."""
+    from herl import SAC
+    from herl.errors import ConfigError
+    from herl.envs import PointReachEnv
+
+    env = PointReachEnv()
+    buffer = HerReplayBuffer(100, env.observation_space, env.action_space, env=env)
+    with pytest.raises(ConfigError, match=r"the class, replay_buffer_class=HerReplayBuffer, with the object's settings"):
+        SAC("MultiInputPolicy", env, replay_buffer_class=buffer)
+    with pytest.raises(ConfigError, match=r"from herl import HerReplayBuffer.*not its name"):
+        SAC("MultiInputPolicy", env, replay_buffer_class="HerReplayBuffer")
+    sb3 = pytest.importorskip("stable_baselines3")
+    with pytest.raises(ConfigError, match=r"from herl import ReplayBuffer.*not another library's"):
+        SAC("MultiInputPolicy", env, replay_buffer_class=sb3.common.buffers.DictReplayBuffer)
+    assert SAC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer).replay_buffer_class is HerReplayBuffer
+    assert SAC("MultiInputPolicy", env).replay_buffer_class.__name__ == "ReplayBuffer"

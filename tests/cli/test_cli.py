@@ -257,7 +257,12 @@ def test_resume_of_a_finished_run_does_nothing_and_can_extend_it(two_seeds: Path
     before = (tmp_path / "seed_0" / "model.zip").stat().st_mtime_ns
     capsys.readouterr()
     assert herl("train", "--resume", tmp_path, "--progress", "off") == 0
-    assert f"herl train: resuming 1 run in {tmp_path}\n" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert f"herl train: resuming 1 run in {tmp_path}\n" in out
+    assert f"{tmp_path / 'seed_0'} finished at step 300 already: nothing to train (--timesteps N, a new total above " \
+        "300, trains it on)" in err
+    assert herl("train", "--resume", tmp_path, "--timesteps", "200") == 2
+    assert "with --resume, --timesteps is the run's new total; give more than 300" in capsys.readouterr().err
     assert herl("train", "--resume", two_seeds, "--progress", "off") == 0  # a folder of seeds: the pace is named
     assert (f"herl train: resuming 2 runs in {two_seeds}, one at a time (--jobs 2 trains them at once)\n"
             in capsys.readouterr().out)
@@ -321,13 +326,13 @@ def test_a_run_on_a_busy_machine_gets_the_threads_of_its_free_cores(tmp_path: Pa
     """A laptop always has other work running: a preset's two threads on 2 cores of which other work keeps one busy
     ran at a few decisions a second (their spinning threads wait for the busy core); the run takes one thread and says
     why, and threads asked for are kept with a note of the cost. Idle, the preset's two are kept."""
-    import herl.run.train as train
+    import herl.utils as utils
 
-    monkeypatch.setattr(train, "available_cpus", lambda: 2)
+    monkeypatch.setattr(utils, "available_cpus", lambda: 2)
     preset = tmp_path / "two_threads.toml"
     preset.write_text('description = "bits"\nenvs = ["herl/BitFlipping-v0"]\nalgo = "dqn"\nthreads = 2\n')
     for busy, name, expected in ((1.2, "busy", 1), (0.3, "idle", 2)):
-        monkeypatch.setattr(train, "busy_cores", lambda busy=busy: busy)
+        monkeypatch.setattr(utils, "busy_cores", lambda busy=busy: busy)
         assert herl("train", "--config", preset, *TINY, "--run-dir", tmp_path / name) == 0
         config = json.loads((tmp_path / name / "seed_0" / "config.json").read_text())
         err = capsys.readouterr().err
@@ -336,7 +341,7 @@ def test_a_run_on_a_busy_machine_gets_the_threads_of_its_free_cores(tmp_path: Pa
             assert "1 torch thread(s) per run, not 2: other work keeps 1.2 of the 2 CPU cores busy" in err
             assert any(n.startswith("threads=1 per run, not the settings' 2: fitted to the CPU cores free") for n in
                        config["notes"])
-    monkeypatch.setattr(train, "busy_cores", lambda: 1.2)
+    monkeypatch.setattr(utils, "busy_cores", lambda: 1.2)
     assert herl("train", "--config", preset, *TINY, "--threads", "2", "--run-dir", tmp_path / "asked") == 0
     assert "2 torch threads per run, as asked, but other work keeps 1.2 of the 2 CPU cores busy" in \
         capsys.readouterr().err
@@ -345,10 +350,10 @@ def test_a_run_on_a_busy_machine_gets_the_threads_of_its_free_cores(tmp_path: Pa
 
 def test_busy_cores_reads_the_machine_and_leaves_out_this_process() -> None:
     """Idle but for this process spinning, the machine's other work is well under a core."""
-    import herl.run.train as train
+    import herl.utils as utils
 
-    assert 0.0 <= train.busy_cores(0.05) < (os.cpu_count() or 1) + 0.5
-    assert train.free_cores(2, 1.2) == 1 and train.free_cores(2, 0.3) == 2 and train.free_cores(2, 5.0) == 1
+    assert 0.0 <= utils.busy_cores(0.05) < (os.cpu_count() or 1) + 0.5
+    assert utils.free_cores(2, 1.2) == 1 and utils.free_cores(2, 0.3) == 2 and utils.free_cores(2, 5.0) == 1
 
 
 def test_runs_trained_at_once_get_threads_that_fit_the_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -357,9 +362,10 @@ def test_runs_trained_at_once_get_threads_that_fit_the_cores(tmp_path: Path, mon
     threads each trained at a third of the speed of four runs of one); threads the command asks for are kept, with a
     note of what they cost."""
     import herl.run.train as train
+    import herl.utils as utils
 
-    monkeypatch.setattr(train, "available_cpus", lambda: 2)
-    monkeypatch.setattr(train, "busy_cores", lambda: 0.0)  # an idle machine (the next test makes it busy)
+    monkeypatch.setattr(utils, "available_cpus", lambda: 2)
+    monkeypatch.setattr(utils, "busy_cores", lambda: 0.0)  # an idle machine (the next test makes it busy)
     preset = tmp_path / "two_threads.toml"
     preset.write_text('description = "bits"\nenvs = ["herl/BitFlipping-v0"]\nalgo = "dqn"\nthreads = 2\n')
 
@@ -711,6 +717,31 @@ def test_plot_draws_a_png(two_seeds: Path, tmp_path: Path) -> None:
                 "rollout/success_rate", "-o", tmp_path / "time.png") == 0
 
 
+def test_plot_wraps_a_long_title_within_the_figure(two_seeds: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two envs' ids and the band's name made one title line wider than the figure: it was cut at both edges."""
+    import matplotlib.figure
+
+    widths = []
+    save = matplotlib.figure.Figure.savefig
+
+    def measured(fig, *args, **kwargs):
+        renderer = fig.canvas.get_renderer()
+        title = fig.axes[0].title
+        widths.append((title.get_window_extent(renderer).width, fig.bbox.width, title.get_text()))
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", measured)
+    other = tmp_path / "other" / "seed_0"
+    shutil.copytree(two_seeds / "seed_0", other)
+    config = json.loads((other / "config.json").read_text())
+    config["env"] = "a_module_of_ones_own:AVeryLongGoalEnvironmentName-v0"
+    (other / "config.json").write_text(json.dumps(config))
+    assert herl("plot", two_seeds, other.parent, "-o", tmp_path / "both.png") == 0
+    (title_width, figure_width, text), = widths
+    assert "\n" in text and title_width < figure_width
+
+
 def test_plot_marks_reference_points(two_seeds: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import matplotlib.axes
@@ -1040,3 +1071,11 @@ def test_a_run_with_a_features_extractor_resumes_exactly(tmp_path: Path) -> None
         if not name.endswith(".optimizer"):
             for key, tensor in state.items():
                 assert torch.equal(tensor, resumed.get_parameters()[name][key]), f"{name}.{key}"
+
+
+def test_algorithm_names_are_taken_in_any_case() -> None:
+    from herl.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["train", "--algo", "SAC", "--env", "herl/PointReach-v0"]).algo == "sac"
+    assert parser.parse_args(["record", "--algo", "TQC", "--env", "FetchPush-v4", "-o", "d"]).algo == "tqc"

@@ -245,13 +245,28 @@ def _alive(pid: int) -> bool:
 
 
 def test_an_explicit_buffer_size_is_kept_and_a_chosen_one_is_said(tmp_path: Path) -> None:
-    assert herl("train", *TINY, "--timesteps", "100", "--set", "buffer_size=50000", "--run-dir", tmp_path / "a") == 0
+    assert herl("train", *TINY, "--timesteps", "200", "--set", "buffer_size=50000", "--set",
+                "target_update_interval=50", "--run-dir", tmp_path / "a") == 0
     config = json.loads((tmp_path / "a" / "seed_0" / "config.json").read_text())
     assert config["hyperparameters"]["buffer_size"] == 50_000
     assert json.loads((tmp_path / "a" / "seed_0" / "summary.json").read_text())["notes"] == []
-    assert herl("train", *TINY, "--timesteps", "100", "--run-dir", tmp_path / "b") == 0
+    assert herl("train", *TINY, "--timesteps", "200", "--run-dir", tmp_path / "b") == 0
     notes = json.loads((tmp_path / "b" / "seed_0" / "summary.json").read_text())["notes"]
     assert notes and "buffer_size=10,000 chosen by herl" in notes[0]
+
+
+def test_a_run_too_short_to_update_or_to_copy_dqns_target_says_so(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert herl("train", *TINY, "--timesteps", "100", "--set", "buffer_size=1000", "--run-dir", tmp_path / "a") == 0
+    assert "note: learning_starts=100 is not below timesteps=100: this run collects and never updates" in \
+        capsys.readouterr().err
+    assert herl("train", *TINY, "--set", "target_update_interval=300", "--set", "buffer_size=1000",
+                "--run-dir", tmp_path / "b") == 0
+    err = capsys.readouterr().err
+    assert "note: target_update_interval=300 env steps is not below timesteps=300: DQN's target network is never " \
+        "copied" in err and "learning_starts" not in err
+    notes = json.loads((tmp_path / "b" / "seed_0" / "summary.json").read_text())["notes"]
+    assert any(note.startswith("target_update_interval=300") for note in notes)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX links and locks")

@@ -176,6 +176,14 @@ class ReturnsRewardPerDimension(PointReachEnv):
         return -(np.abs(np.asarray(achieved_goal) - desired_goal) > self.distance_threshold).astype(np.float32)
 
 
+class ReducesOverAxisOne(PointReachEnv):
+    """Written for batches only: one pair of goals (as step and the checker pass it) has no axis 1."""
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        distance = np.linalg.norm(np.asarray(achieved_goal) - desired_goal, axis=1)
+        return (distance <= self.distance_threshold).astype(np.float32) - 1.0
+
+
 class RaisesOnInfo(PointReachEnv):
     def compute_reward(self, achieved_goal, desired_goal, info):
         return info["missing_key"]
@@ -194,6 +202,7 @@ class RaisesOnInfo(PointReachEnv):
         (WrongThreshold, r"compute_reward disagrees with step at rollout step \d+"),
         (ReturnsRewardPerDimension, r"returned shape \(2,\) for a single pair of goals"),
         (RaisesOnInfo, r"raised KeyError.*info dict"),
+        (ReducesOverAxisOne, r"raised AxisError.*accept one pair of goals .*axis=-1, not axis=1"),
     ],
     ids=lambda value: value.__name__ if isinstance(value, type) else "",
 )
@@ -262,3 +271,128 @@ def test_likely_mistakes_warn_unless_warn_is_false(env_factory, match):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_goal_env(seeded(env_factory()), warn=False)
+
+
+def test_the_outside_space_warning_names_the_entry_and_what_is_off():
+    with pytest.warns(GoalEnvWarning, match=r"achieved_goal has dtype float64 where the space has float32"):
+        check_goal_env(seeded(Float64Observations()))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Goal spaces and observation shapes
+
+
+class GoalSpaces(PointReachEnv):
+    """PointReach with its desired_goal space replaced."""
+
+    def __init__(self, desired_goal: gym.spaces.Box) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Dict({**self.observation_space.spaces, "desired_goal": desired_goal})
+
+
+def test_goal_spaces_of_different_dtypes_warn_unless_warn_is_false():
+    """HER stores achieved goals as desired goals, cast: it trains, but is likely a mistake."""
+    def env() -> gym.Env:
+        return seeded(GoalSpaces(gym.spaces.Box(-1.0, 1.0, (2,), np.float64)))
+
+    with pytest.warns(GoalEnvWarning, match=r"achieved_goal's space has dtype float32 but desired_goal's has dtype "
+                                            r"float64: HER stores achieved goals as desired goals"):
+        check_goal_env(env())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_goal_env(env(), warn=False)
+
+
+def test_goal_spaces_of_different_bounds_warn_unless_warn_is_false():
+    def env() -> gym.Env:
+        return seeded(GoalSpaces(gym.spaces.Box(-0.5, 0.5, (2,), np.float32)))
+
+    with pytest.warns(GoalEnvWarning, match=r"achieved_goal's space has bounds \[-1.0, 1.0\] but desired_goal's has "
+                                            r"\[-0.5, 0.5\]"):
+        check_goal_env(env())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_goal_env(env(), warn=False)
+
+
+class AchievedGoalOfAnotherShape(PointReachEnv):
+    """Returns an achieved goal of shape (3,) where its space says (2,), with step's reward from the first two."""
+
+    def _get_obs(self) -> dict[str, np.ndarray]:
+        observation = super()._get_obs()
+        return {**observation, "achieved_goal": np.append(observation["achieved_goal"], np.float32(0.0))}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return super().compute_reward(np.asarray(achieved_goal)[..., :2], desired_goal, info)
+
+
+def test_an_observation_entry_of_another_shape_than_its_space_is_named_before_compute_reward():
+    with pytest.raises(GoalEnvError, match=r"whose achieved_goal has shape \(3,\) where the env's observation_space "
+                                           r"says \(2,\)"):
+        check_goal_env(seeded(AchievedGoalOfAnotherShape()), warn=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A reward that reads info
+
+
+class ScaledReward(PointReachEnv):
+    """compute_reward reads info["scale"], which step puts in its info."""
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        distance = np.linalg.norm(np.asarray(achieved_goal) - desired_goal, axis=-1)
+        return -(distance > self.distance_threshold * info["scale"]).astype(np.float32)
+
+    def step(self, action: Any):
+        observation, _, terminated, truncated, info = super().step(action)
+        info = {**info, "scale": 2.0}
+        reward = float(self.compute_reward(observation["achieved_goal"], observation["desired_goal"], info))
+        return observation, reward, terminated, truncated, info
+
+
+def test_a_reward_that_reads_info_passes_with_the_info_her_stores():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_goal_env(seeded(ScaledReward()), copy_info_dict=True)
+
+
+def test_a_reward_that_reads_info_is_named_with_the_fix():
+    fix = (r"compute_reward reads info: .* raised KeyError: 'scale'; .*--set her.copy_info_dict=true on the command "
+           r"line, replay_buffer_kwargs=dict\(copy_info_dict=True\) in Python")
+    with pytest.warns(GoalEnvWarning, match=fix):
+        check_goal_env(seeded(ScaledReward()))
+    with pytest.raises(GoalEnvError, match=fix):
+        check_goal_env(seeded(ScaledReward()), warn=False, copy_info_dict=False)
+
+
+def test_the_batch_info_is_the_one_the_her_buffer_passes():
+    from herl import HerReplayBuffer
+    from herl.buffers.goal_functions import InfoBatch
+
+    seen: list[Any] = []
+
+    class Recording(ScaledReward):
+        def compute_reward(self, achieved_goal, desired_goal, info):
+            if np.ndim(achieved_goal) == 2:
+                seen.append(info)
+            return super().compute_reward(achieved_goal, desired_goal, info)
+
+    check_goal_env(seeded(Recording()), warn=False, copy_info_dict=True)
+    checked = seen[0]
+    seen.clear()
+    env = seeded(Recording())
+    buffer = HerReplayBuffer(100, env.observation_space, env.action_space, env=env, copy_info_dict=True,
+                             max_episode_length=5)
+    observation, _ = env.reset(seed=0)
+    for _ in range(5):
+        action = env.action_space.sample()
+        next_observation, reward, terminated, truncated, info = env.step(action)
+        buffer.add({k: v[None] for k, v in observation.items()}, {k: v[None] for k, v in next_observation.items()},
+                   action[None], np.array([reward]), np.array([terminated or truncated]), [info])
+        observation = next_observation
+    buffer.sample(4)
+    stored = seen[-1]
+    assert isinstance(checked, InfoBatch) and isinstance(stored, InfoBatch)
+    assert sorted(checked.keys()) == sorted(stored.keys()) == ["is_success", "scale"]
+    assert len(checked) == 2 and checked[1]["scale"] == 2.0
+    assert all(checked[key].shape[1:] == stored[key].shape[1:] for key in checked.keys())

@@ -137,3 +137,11 @@ def test_a_callback_that_resets_the_training_env_restarts_the_episode():
     model.learn(4, callback=StepsTheTrainingEnv())
     # steps 1-2 end as a truncated episode, steps 3-4 start from the new reset
     assert int(model.replay_buffer.storage.open_len.sum()) == 2
+
+
+def test_an_env_class_given_for_an_env_says_to_pass_an_object():
+    from herl.envs import PointReachEnv
+
+    with pytest.raises(TypeError, match=r"got the env class PointReachEnv, not an env: pass an env object, "
+                                        r"PointReachEnv\(\.\.\.\)"):
+        SAC("MultiInputPolicy", PointReachEnv)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from herl.envs.goal_info import InfoBatch  # noqa: F401 (the buffers' name for it)
+
 GoalFunction = Callable[..., Any]
 
 _DESIRED_NAMES = ("desired_goal", "goal", "desired_goals", "goals")
@@ -53,54 +55,6 @@ def bind_goal_function(fn: GoalFunction) -> Callable[[np.ndarray, np.ndarray, An
     if info_name is None:
         return lambda achieved, desired, info: fn(achieved_goal=achieved, **{desired_name: desired})
     return lambda achieved, desired, info: fn(achieved_goal=achieved, **{desired_name: desired, info_name: info})
-
-
-class InfoBatch:
-    """The ``info`` a goal function gets with a batch of goals. By entry, as a dict of arrays with one row per goal
-    (``info["key"]``, ``info.get("key")``, ``keys()``, ``items()``, ``values()``, ``"key" in info``); by row, as
-    Stable-Baselines3's array of per-row info dicts (``info[i]["key"]``, ``for row in info``, ``len(info)``), so an
-    SB3 ``compute_reward`` runs unchanged. It is no ``dict``: a function that tells one step's info from a batch's
-    by ``isinstance(info, dict)`` (as SB3 users write) sees a batch."""
-
-    __slots__ = ("entries", "n_rows")
-
-    def __init__(self, entries: dict[str, np.ndarray], n_rows: int) -> None:
-        self.entries = entries
-        self.n_rows = n_rows
-
-    def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, str):
-            return self.entries[key]
-        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-            if not -self.n_rows <= key < self.n_rows:
-                raise IndexError(f"info row {key} of {self.n_rows}")
-            return {name: values[key] for name, values in self.entries.items()}
-        raise TypeError(f"info takes an entry's name (info['key']: its rows) or a row's index (info[i]: its dict), "
-                        f"got {key!r}")
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self.entries
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.entries.get(key, default)
-
-    def keys(self):
-        return self.entries.keys()
-
-    def items(self):
-        return self.entries.items()
-
-    def values(self):
-        return self.entries.values()
-
-    def __iter__(self):  # over rows, as over SB3's array of dicts
-        return (self[i] for i in range(self.n_rows))
-
-    def __len__(self) -> int:
-        return self.n_rows
-
-    def __repr__(self) -> str:
-        return f"InfoBatch({self.entries!r}, n_rows={self.n_rows})"
 
 
 def _unwrap_gym_env(env: Any) -> Any:

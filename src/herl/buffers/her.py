@@ -31,7 +31,7 @@ from herl.buffers.goal_functions import (
     is_remote_goal_env,
     probe_vectorized,
 )
-from herl.buffers.replay import _NON_REWARD_INFO_KEYS, ReplayBuffer, _file_errors
+from herl.buffers.replay import ReplayBuffer, _file_errors
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
 from herl.buffers.strategies import (
@@ -41,6 +41,7 @@ from herl.buffers.strategies import (
     relabel_count,
     sample_goal_offsets,
 )
+from herl.envs.goal_info import numeric_info_keys
 from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, Rule, as_integer, check, integer, number, one_of
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
@@ -292,8 +293,10 @@ class HerReplayBuffer(ReplayBuffer):
     def _bind_goal_functions(self, env: Any, compute_reward: Callable | None, compute_terminated: Callable | None) -> None:
         reward_fn = compute_reward or env_goal_function(env, "compute_reward")
         if reward_fn is None and self.n_sampled_goal > 0:
+            given = ("" if env is None else
+                     f" (the env given, {type(getattr(env, 'unwrapped', env)).__name__}, has no compute_reward method)")
             raise ValueError(
-                "HerReplayBuffer needs a reward function to relabel goals: pass env= (a goal env with "
+                f"HerReplayBuffer needs a reward function to relabel goals{given}: pass env= (a goal env with "
                 "compute_reward) or compute_reward=fn(achieved_goal, desired_goal, info)"
             )
         terminated_fn = compute_terminated or env_goal_function(env, "compute_terminated")
@@ -355,7 +358,7 @@ class HerReplayBuffer(ReplayBuffer):
     def _add_info_fields(self, transitions: dict[str, np.ndarray], infos: Any) -> None:
         if not self._info_specs:  # first add: the info entries' shapes and dtypes become known
             if self.info_keys is None:
-                self.info_keys = _numeric_info_keys(infos)
+                self.info_keys = numeric_info_keys(infos)
             for key in self.info_keys:
                 values = _info_values(infos, key, self.n_envs)
                 self._declare_info_field(INFO_PREFIX + key, FieldSpec(values.shape[1:], values.dtype))
@@ -870,19 +873,6 @@ def _time_limit(env: Any) -> int | None:
             spec = None
     steps = getattr(spec, "max_episode_steps", None)
     return int(steps) if steps else None
-
-
-def _numeric_info_keys(infos: Any) -> list[str]:
-    """Info entries a reward could use: numbers and numeric arrays, not book-keeping."""
-    first = infos if isinstance(infos, Mapping) else (infos[0] if infos else {})
-    keys = []
-    for key, value in first.items():
-        if key in _NON_REWARD_INFO_KEYS or key.startswith("_"):
-            continue
-        array = np.asarray(value)
-        if array.dtype.kind in "biuf":
-            keys.append(key)
-    return keys
 
 
 def _info_values(infos: Any, key: str, n_envs: int) -> np.ndarray:

@@ -23,8 +23,6 @@ from herl.errors import BOOL, POSITIVE_INT, ArchiveError, HerlError, NonFiniteEr
 from herl.utils import get_device
 
 # info keys that are episode book-keeping, never inputs of a reward
-_NON_REWARD_INFO_KEYS = frozenset({"TimeLimit.truncated", "terminal_observation", "final_observation", "final_obs",
-                                   "final_info", "episode", "_episode"})
 
 
 _BOOL = np.dtype(bool)  # numpy's dtype objects of built-in types are singletons: `is` compares them

@@ -15,6 +15,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from herl.envs.goal_info import InfoBatch, numeric_info_keys
+
 GOAL_ENV_KEYS = ("observation", "achieved_goal", "desired_goal")
 
 
@@ -26,19 +28,21 @@ class GoalEnvWarning(UserWarning):
     """An environment works with HER but something about it is likely a mistake."""
 
 
-def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True) -> None:
+def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True, *,
+                   copy_info_dict: bool | None = None) -> None:
     """Raise :class:`GoalEnvError` if ``env`` cannot be used with HER.
 
     Checks, in order:
 
     1. ``env.observation_space`` is a ``gymnasium.spaces.Dict`` with the keys ``observation``, ``achieved_goal`` and
-       ``desired_goal``, and the two goal spaces have the same shape;
+       ``desired_goal``, and the two goal spaces have the same shape (a different dtype or bounds is a warning);
     2. the env (through any gymnasium wrappers) has a callable ``compute_reward``;
-    3. over a rollout of ``n_steps`` random actions (resetting when an episode ends), calling
-       ``compute_reward(achieved_goal, desired_goal, info)`` on each step's new achieved goal, the desired goal and
-       the step's ``info`` gives the reward that ``step`` returned;
-    4. ``compute_reward`` is vectorized: on a batch of 2 pairs of goals (with ``info={}``) it returns shape ``(2,)``
-       and the rewards it gives for each pair alone.
+    3. over a rollout of ``n_steps`` random actions (resetting when an episode ends), the observations' entries have
+       the shapes their spaces declare, and calling ``compute_reward(achieved_goal, desired_goal, info)`` on each
+       step's new achieved goal, the desired goal and the step's ``info`` gives the reward that ``step`` returned;
+    4. ``compute_reward`` is vectorized: on a batch of 2 pairs of goals it returns shape ``(2,)`` and the rewards it
+       gives for each pair alone. The batch's ``info`` is the one HER passes: the two steps' numeric info entries
+       as HerReplayBuffer(copy_info_dict=True) stores them, or none (its default).
 
     ``compute_reward`` is called positionally, as gymnasium-robotics names its second parameter ``goal``.
 
@@ -48,14 +52,18 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True) -> 
         env: A single (not vectorized) gymnasium env, wrapped or not.
         n_steps: Number of random steps in the rollout; at least 2 (the batch probe needs two transitions).
         warn: Also emit :class:`GoalEnvWarning` for likely mistakes that do not prevent training: an observation
-            outside its space, no ``info["is_success"]`` (success rates cannot be logged), a non-float reward dtype.
+            outside its space, goal spaces with different dtypes or bounds, no ``info["is_success"]`` (success rates cannot
+            be logged), a non-float reward dtype, a reward that reads ``info`` (when ``copy_info_dict`` is None).
+        copy_info_dict: Whether the HER buffer will store the info entries for ``compute_reward``: True checks the
+            batch with them only; False also requires a reward that works without them (an error names the fix);
+            None (not known yet) checks with them and warns if the reward needs them.
     """
     if n_steps < 2:
         raise ValueError(f"n_steps must be at least 2 (the batch probe needs two transitions), got {n_steps}")
     if isinstance(env, gymnasium.vector.VectorEnv):
         raise GoalEnvError("check_goal_env takes a single env, got a vector env: check one of its sub-envs instead")
 
-    _check_spaces(env.observation_space)
+    _check_spaces(env.observation_space, warn=warn)
     compute_reward = _find_compute_reward(env)
 
     achieved, desired, infos, rewards = _rollout(env, n_steps=n_steps, warn=warn)
@@ -68,7 +76,8 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True) -> 
         except Exception as error:
             raise GoalEnvError(
                 f"compute_reward(achieved_goal, desired_goal, info) raised {type(error).__name__}: {error}. It must "
-                "accept the achieved and desired goals as found in the observation, and the step's info dict"
+                "accept one pair of goals as found in the observation (shaped like the goal space) as well as "
+                "batches (reduce over the last axis, axis=-1, not axis=1), and the step's info dict"
             ) from error
         if recomputed.size != 1:
             raise GoalEnvError(
@@ -96,24 +105,56 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True) -> 
         "it must be vectorized over the leading axis, e.g. use np.linalg.norm(achieved_goal - desired_goal, axis=-1) "
         "and no Python branching on the goals' values"
     )
+    batch_info = _her_info(infos[:2])
     try:
-        batch_rewards = np.asarray(compute_reward(batch_achieved, batch_desired, {}))
+        batch_rewards = np.asarray(compute_reward(batch_achieved, batch_desired, batch_info))
     except Exception as error:
         raise GoalEnvError(
             f"compute_reward raised {type(error).__name__} on a batch of 2 goals (shape {batch_achieved.shape}, "
-            f"info={{}}): {error}; {vectorize_hint}"
+            f"info entries {sorted(batch_info.keys())}): {error}; {vectorize_hint}"
         ) from error
     if batch_rewards.shape != (2,):
         raise GoalEnvError(
             f"compute_reward returned shape {batch_rewards.shape} for a batch of 2 goals (shape "
             f"{batch_achieved.shape}): {vectorize_hint}"
         )
-    single_rewards = [np.asarray(compute_reward(a, d, {})).reshape(()).item() for a, d in pairs]
+    single_rewards = [np.asarray(compute_reward(a, d, info)).reshape(()).item() for (a, d), info in zip(pairs, infos)]
     if not np.allclose(batch_rewards, single_rewards):
         raise GoalEnvError(
             f"compute_reward on a batch of 2 goals returned {batch_rewards.tolist()} but one pair at a time it "
             f"returns {single_rewards}: {vectorize_hint}"
         )
+    if copy_info_dict is not True and (copy_info_dict is False or warn):
+        _check_reward_without_info(compute_reward, batch_achieved, batch_desired, strict=copy_info_dict is False)
+
+
+INFO_FIX = ("keep the step's info entries for it: --set her.copy_info_dict=true on the command line, "
+            "replay_buffer_kwargs=dict(copy_info_dict=True) in Python")
+"""How to train with a ``compute_reward`` that reads ``info``."""
+
+
+def _her_info(infos: list[dict[str, Any]]) -> Any:
+    """The ``info`` that HER's buffer passes to ``compute_reward`` for a batch of these steps' transitions when it
+    stores the info entries (``copy_info_dict=True``): their numeric entries, by name and by row. An entry some of
+    the steps lack is left out."""
+    keys = [key for key in numeric_info_keys(infos) if all(key in info for info in infos)]
+    return InfoBatch({key: np.stack([np.asarray(info[key]) for info in infos]) for key in keys}, len(infos))
+
+
+def _check_reward_without_info(
+    compute_reward: Callable[..., Any], achieved: np.ndarray, desired: np.ndarray, *, strict: bool
+) -> None:
+    """Call ``compute_reward`` on a batch with the empty ``info`` HER passes by default (no ``copy_info_dict``):
+    where it fails though it works with the steps' info entries, the reward reads ``info``. An error if ``strict``,
+    else a warning."""
+    try:
+        compute_reward(achieved, desired, InfoBatch({}, len(achieved)))
+    except Exception as error:
+        message = (f"compute_reward reads info: with the empty info HER passes by default it raised "
+                   f"{type(error).__name__}: {error}; {INFO_FIX}")
+        if strict:
+            raise GoalEnvError(message) from error
+        warnings.warn(message, GoalEnvWarning, stacklevel=3)
 
 
 def reward_mismatch_message(where: str, reward: float, recomputed: float) -> str:
@@ -127,7 +168,7 @@ def reward_mismatch_message(where: str, reward: float, recomputed: float) -> str
     )
 
 
-def _check_spaces(observation_space: spaces.Space) -> None:
+def _check_spaces(observation_space: spaces.Space, *, warn: bool) -> None:
     if not isinstance(observation_space, spaces.Dict):
         raise GoalEnvError(
             f"observation_space is {type(observation_space).__name__}, not gymnasium.spaces.Dict: a goal env's "
@@ -139,13 +180,62 @@ def _check_spaces(observation_space: spaces.Space) -> None:
             f"observation_space lacks the key(s) {missing} (it has {list(observation_space.spaces)}): a goal env's "
             f"observation dict must have the keys {list(GOAL_ENV_KEYS)}"
         )
-    achieved_shape = observation_space["achieved_goal"].shape
-    desired_shape = observation_space["desired_goal"].shape
-    if achieved_shape != desired_shape:
+    achieved, desired = observation_space["achieved_goal"], observation_space["desired_goal"]
+    if achieved.shape != desired.shape:
         raise GoalEnvError(
-            f"achieved_goal has shape {achieved_shape} but desired_goal has shape {desired_shape}: they must have the "
+            f"achieved_goal has shape {achieved.shape} but desired_goal has shape {desired.shape}: they must have the "
             "same shape, since HER substitutes achieved goals for desired goals"
         )
+    if warn and achieved.dtype != desired.dtype:
+        warnings.warn(
+            f"achieved_goal's space has dtype {achieved.dtype} but desired_goal's has dtype {desired.dtype}: HER "
+            f"stores achieved goals as desired goals (cast to {desired.dtype}); declare both goal spaces with the same "
+            "dtype unless that is meant",
+            GoalEnvWarning,
+            stacklevel=3,
+        )
+    if warn and isinstance(achieved, spaces.Box) and isinstance(desired, spaces.Box) and not (
+        np.array_equal(achieved.low, desired.low) and np.array_equal(achieved.high, desired.high)
+    ):
+        warnings.warn(
+            f"achieved_goal's space has bounds {_bounds(achieved)} but desired_goal's has {_bounds(desired)}: HER "
+            "hands achieved goals to the policy as desired goals, so these fall outside desired_goal's space; "
+            "unless that is meant, declare both with the bounds of the goals the env can reach",
+            GoalEnvWarning,
+            stacklevel=3,
+        )
+
+
+def _bounds(space: spaces.Box) -> str:
+    """``[low, high]``, each a number where it is the same for every entry."""
+    ends = [np.unique(end).item() if np.unique(end).size == 1 else end.tolist() for end in (space.low, space.high)]
+    return f"[{ends[0]}, {ends[1]}]"
+
+
+def _outside(space: spaces.Space, value: Any) -> str | None:
+    """What is wrong with an observation entry ``value`` that ``space`` does not contain (None if it does)."""
+    if space.contains(value):
+        return None
+    if not isinstance(space, spaces.Box):
+        return f"a value not in {space}"
+    array = np.asarray(value)
+    if array.shape != space.shape:
+        return f"shape {array.shape} where the space has {space.shape}"
+    if not np.can_cast(array.dtype, space.dtype):
+        return f"dtype {array.dtype} where the space has {space.dtype}"
+    return f"values outside the space's bounds {_bounds(space)}"
+
+
+def _check_shapes(observation: dict[str, Any], observation_space: spaces.Dict, where: str) -> None:
+    """Raise :class:`GoalEnvError` if an entry of ``observation`` (returned by ``where``) has another shape than its
+    space declares: the buffer stores it in an array of the declared shape."""
+    for key in GOAL_ENV_KEYS:
+        declared, shape = observation_space[key].shape, np.shape(observation[key])
+        if declared is not None and shape != declared:
+            raise GoalEnvError(
+                f"{where} returned an observation whose {key} has shape {shape} where the env's observation_space "
+                f"says {declared}: return {key} with the shape its space declares (or declare the shape it has)"
+            )
 
 
 def _find_compute_reward(env: gymnasium.Env) -> Callable[..., Any]:
@@ -174,6 +264,8 @@ def _rollout(
     warned_space = warned_success = False
 
     observation, _ = env.reset()
+    if isinstance(observation, dict) and all(key in observation for key in GOAL_ENV_KEYS):
+        _check_shapes(observation, env.observation_space, "reset")
     for _ in range(n_steps):
         observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
         if not isinstance(observation, dict) or any(key not in observation for key in GOAL_ENV_KEYS):
@@ -182,13 +274,16 @@ def _rollout(
                 f"{list(observation) if isinstance(observation, dict) else None}, but the observation_space declares "
                 f"a dict: return a dict with the keys {list(GOAL_ENV_KEYS)}"
             )
+        _check_shapes(observation, env.observation_space, "step")
         if warn and not warned_space:
-            outside = [key for key in GOAL_ENV_KEYS if not env.observation_space[key].contains(observation[key])]
+            outside = {key: _outside(env.observation_space[key], observation[key]) for key in GOAL_ENV_KEYS}
+            outside = {key: why for key, why in outside.items() if why is not None}
             if outside:
                 warned_space = True
                 warnings.warn(
-                    f"step returned {outside} outside observation_space; declare the spaces with the dtype and "
-                    "bounds of the values the env returns",
+                    f"step returned an observation outside observation_space: "
+                    f"{'; '.join(f'{key} has {why}' for key, why in outside.items())}; declare the spaces with the "
+                    "dtype and bounds of the values the env returns",
                     GoalEnvWarning,
                     stacklevel=3,
                 )

@@ -19,6 +19,8 @@ import inspect
 import io
 import os
 import sys
+import sysconfig
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -94,12 +96,9 @@ def resolve_env_id(env_id: str) -> str:
     """
     module, colon, bare_id = env_id.rpartition(":")
     if colon:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            raise CLIError(f"cannot import {module!r} for the env id {env_id!r} ({err}): is it on PYTHONPATH?") from err
+        _import_env_module(module, env_id)
         if bare_id not in gym.envs.registry:
-            _refuse_unregistered_class(module, bare_id)
+            _refuse_unregistered(module, bare_id)
         resolve_env_id(bare_id)
         return env_id
     if env_id in gym.envs.registry:
@@ -126,15 +125,64 @@ def resolve_env_id(env_id: str) -> str:
     raise CLIError(f"unknown env id {env_id!r}{hint}\n  (`herl list` shows the envs with a preset){extras}")
 
 
-def _refuse_unregistered_class(module: str, name: str) -> None:
-    """``module:Name`` where ``module`` defines an env class ``Name`` but registers no id ``Name``: say how to
-    register it (gymnasium's ``module:EnvId`` names a registered id, not a class)."""
+_MODULE_IDS: dict[str, list[str]] = {}
+"""The env ids that importing each module of a ``module:EnvId`` registered, where herl imported it first."""
+
+
+def _import_env_module(module: str, env_id: str) -> None:
+    """Import the ``module`` of ``env_id`` (``module:EnvId``), noting the env ids it registers; a CLIError saying
+    whether the module is not found, a package it imports is missing, or its own code failed."""
+    before = None if module in sys.modules else set(gym.envs.registry)
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name == module or module.startswith(f"{err.name}."):
+            raise CLIError(f"cannot import {module!r} for the env id {env_id!r} ({err}): is it on PYTHONPATH?") from err
+        raise CLIError(f"{module!r} (for the env id {env_id!r}) was found, but it imports {err.name!r}, which is not "
+                       f"installed: pip install the package that provides it") from err
+    except Exception as err:  # the module's own code: a SyntaxError, or any error raised while it runs
+        raise CLIError(f"importing {module!r} for the env id {env_id!r} raised {raised(err)}: the module's own code "
+                       f"failed (python -c 'import {module}' shows the traceback)") from err
+    if before is not None:
+        _MODULE_IDS[module] = [name for name in gym.envs.registry if name not in before]
+
+
+def _registered_by(module: str) -> list[str]:
+    """The env ids ``module`` registers: those its import added, and those whose entry point is in it."""
+    ids = list(_MODULE_IDS.get(module, []))
+    for name, spec in gym.envs.registry.items():
+        entry = spec.entry_point
+        where = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
+        if where is not None and (where == module or where.startswith(f"{module}.")) and name not in ids:
+            ids.append(name)
+    return ids
+
+
+def _refuse_unregistered(module: str, name: str) -> None:
+    """``module:Name`` where ``module`` registers no id ``Name``: a CLIError naming the ids it does register, as
+    ``module:Id`` to paste (those of its class ``Name``, where ``Name`` is an env class; how to register it where
+    the module registers none). Returns where the module registers nothing and ``Name`` is no env class of it (then
+    ``Name`` is looked up as a plain id)."""
+    ids = _registered_by(module)
     obj = getattr(sys.modules.get(module), name, None)
     if isinstance(obj, type) and issubclass(obj, gym.Env):
+        own = [i for i in ids if gym.envs.registry[i].entry_point in (obj, f"{module}:{name}")]
+        if own:
+            raise CLIError(f"{module!r} defines the env class {name} and registers it as {', '.join(own)}: "
+                           f"`--env module:EnvId` names a registered id, not a class: use "
+                           f"--env {' or --env '.join(f'{module}:{i}' for i in own)}")
         raise CLIError(
             f"{module!r} defines the env class {name} but registers no env id {name!r}: `--env module:EnvId` names "
             f"an id that the module registers when imported\n  (add to {module}: gymnasium.register({name!r}, "
-            f"entry_point={name}, max_episode_steps=N), then use --env {module}:{name})")
+            f"entry_point={name}, max_episode_steps=N), then use --env {module}:{name})"
+            + (f"\n  (the ids it registers: {', '.join(f'{module}:{i}' for i in ids)})" if ids else ""))
+    if ids and _provider_for(name) is None:  # a provider's id is looked up as a plain one: its package is imported
+        by_lower = {i.lower(): i for i in ids}
+        close = [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)]
+        named = close or ids
+        raise CLIError(f"unknown env id {name!r}: {module!r} registers no such id; "
+                       f"{'did you mean' if close else 'it registers'} {', '.join(f'{module}:{i}' for i in named)}"
+                       f"{'?' if close else ''}")
 
 
 def _importable(module: str) -> bool:
@@ -271,8 +319,11 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, *, render_mo
     try:
         env = gym.make(env_id, **kwargs)
     except Exception as err:  # the env's own code: a wrong argument's value fails anywhere in its constructor
-        if not env_kwargs:
+        if isinstance(err, (CLIError, ImportError)):  # a missing package's ImportError names what to install
             raise
+        if not env_kwargs:
+            raise CLIError(f"{env_id} could not be made: {raised(err)} (python -c \"import gymnasium as gym; "
+                           f"gym.make('{env_id}')\" shows the traceback)") from err
         params = constructor_arguments(env_id)
         if "argument" not in str(err):
             given = ", ".join(f"env.{k}={v!r}" for k, v in env_kwargs.items())
@@ -342,20 +393,51 @@ def is_goal_env(env: gym.Env) -> bool:
     return is_goal_space(env.observation_space)
 
 
-def check_her_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
-    """Raise a CLIError saying what is missing if ``env_id`` cannot be trained with HER."""
+def check_her_env(env_id: str, env_kwargs: dict[str, Any] | None = None, copy_info_dict: bool | None = None) -> None:
+    """Raise a CLIError saying what is missing if ``env_id`` cannot be trained with HER, or if its own code raises
+    (``copy_info_dict``: the run's ``her.copy_info_dict``, None where it is not known: then a reward that reads
+    ``info`` passes)."""
     from herl.envs import GoalEnvError, check_goal_env
 
     env = make_env(env_id, env_kwargs)
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
-        check_goal_env(env, n_steps=10, warn=False)
+        check_goal_env(env, n_steps=10, warn=False, copy_info_dict=copy_info_dict)
     except GoalEnvError as err:
-        raise CLIError(f"{env_id} cannot be trained with HER: {err}.\n  Train it without HER (--no-her), or make it a "
-                       "goal env (see docs/envs.md; `herl check-env ID` runs the full check)") from err
+        if is_goal_env(env):
+            advice = (f"Fix what it names (`herl check-env {env_id}` runs the full check; docs/envs.md says what HER "
+                      "needs); only as a last resort train it without HER (--no-her), which gives up the relabeled goals")
+        else:
+            advice = ("Train it without HER (--no-her), or make it a goal env (see docs/envs.md; `herl check-env ID` "
+                      "runs the full check)")
+        raise CLIError(f"{env_id} cannot be trained with HER: {err}.\n  {advice}") from err
+    except CLIError:
+        raise
+    except Exception as err:  # the env's own code: its reset, step or compute_reward
+        raise env_code_error(env_id, err) from err
     finally:
         env.close()
+
+
+def env_code_error(env_id: str, err: BaseException) -> CLIError:
+    """The CLIError for an error that ``env_id``'s own code raised: where, and how to see the traceback."""
+    return CLIError(f"{env_id}'s own code raised {raised(err)}; `herl check-env {env_id}` shows the traceback")
+
+
+def raised(err: BaseException) -> str:
+    """``TYPE: MESSAGE (FILE, line N, in FUNCTION)`` for an error an env's code raised: where, the innermost frame of
+    its traceback outside herl, the installed packages and the standard library (none where there is none); for a
+    SyntaxError, where it is."""
+    if isinstance(err, SyntaxError):
+        return f"SyntaxError: {err.msg} ({err.filename}, line {err.lineno})"
+    library = [os.path.dirname(os.path.dirname(__file__)),
+               *{sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")}]
+    frames = [frame for frame in traceback.extract_tb(err.__traceback__)
+              if not frame.filename.startswith("<") and not any(
+                  os.path.abspath(frame.filename).startswith(os.path.join(path, "")) for path in library)]
+    where = f" ({frames[-1].filename}, line {frames[-1].lineno}, in {frames[-1].name})" if frames else ""
+    return f"{type(err).__name__}: {err}{where}"
 
 
 # ---------------------------------------------------------------------------------------------------------------------

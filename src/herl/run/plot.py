@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,7 +128,7 @@ def plot_runs(runs: list[Path], output: Path, *, metric: str = "eval/success_rat
     ax.set_xlabel(x_label)
     ax.set_ylabel(metric)
     spread = {"minmax": "min-max over seeds", "std": "±1 std over seeds", "none": ""}[band]
-    ax.set_title(title or _title(runs, metric, spread))
+    ax.set_title(textwrap.fill(title or _title(runs, metric, spread), 70))  # within the figure's width
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()

@@ -59,42 +59,6 @@ SUCCESS_THRESHOLD = 0.95
 MIN_BUFFER = 10_000
 
 
-def available_cpus() -> int:
-    """The CPU cores this process may run on: its affinity where the OS tells it, else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-def busy_cores(interval: float = 0.25) -> float:
-    """How many cores other work keeps busy right now: the machine's busy share over ``interval`` seconds, from
-    /proc/stat (Linux), times its cores, less this process's own use; 0 where that cannot be read. The load average
-    would lag a minute behind: a run started just after another would take its cores for busy ones."""
-    def sample() -> tuple[int, int, float]:
-        with open("/proc/stat", encoding="ascii") as f:
-            values = [int(v) for v in f.readline().split()[1:9]]
-        own = os.times()
-        return values[3] + values[4], sum(values), own.user + own.system
-
-    try:
-        idle0, total0, own0 = sample()
-        time.sleep(interval)
-        idle1, total1, own1 = sample()
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    if total1 <= total0:
-        return 0.0
-    cores = os.cpu_count() or 1
-    busy = (1.0 - (idle1 - idle0) / (total1 - total0)) * cores - (own1 - own0) / interval
-    return max(0.0, busy)
-
-
-def free_cores(cpus: int, busy: float) -> int:
-    """The cores of ``cpus`` left for a run when other work keeps ``busy`` of them busy (one at least)."""
-    return max(1, cpus - int(busy + 0.5))
-
-
 def threads_per_run(threads: int, parallel: int, cpus: int) -> int:
     """The torch threads each of ``parallel`` runs training at once on ``cpus`` cores gets: ``threads``, or fewer,
     so that the runs' threads together fit the cores (one at least). Torch's threads spin while they wait for one
@@ -693,10 +657,27 @@ def resolved_config(config: TrainConfig, model: Any, notes: list[str], buffer_ru
     if config.device != "auto" and torch.device(config.device).type != model.device.type:
         notes.append(f"device={config.device}, but it is not available here: training on the "
                      f"{model.device.type.upper()}")
+    notes.extend(_short_run_notes(config, model))
     resolved = dataclasses.replace(config, hyperparameters=model.config.to_json(), notes=tuple(notes))
     for note in resolved.notes:
         print(f"herl train: note: {note}", file=sys.stderr, flush=True)
     return resolved
+
+
+def _short_run_notes(config: TrainConfig, model: Any) -> list[str]:
+    """What a run too short for its settings never does: update at all (``learning_starts``), or copy DQN's
+    target network (``target_update_interval`` env steps; SB3's default 10,000 outlasts a short run)."""
+    notes = []
+    starts = model.config.learning_starts
+    if starts >= config.timesteps:
+        notes.append(f"learning_starts={starts:,} is not below timesteps={config.timesteps:,}: this run collects "
+                     "and never updates; set learning_starts lower or train longer")
+    interval = getattr(model.config, "target_update_interval", None)
+    if type(model).__name__ == "DQN" and interval is not None and interval >= config.timesteps > starts:
+        notes.append(f"target_update_interval={interval:,} env steps is not below timesteps={config.timesteps:,}: "
+                     "DQN's target network is never copied in this run (its targets stay those of the first "
+                     "weights); set target_update_interval lower or train longer")
+    return notes
 
 
 def _precision_note(model: Any) -> str:
@@ -758,7 +739,8 @@ def resumed_config(run_dir: Path, config: TrainConfig, step: int,
     already (nothing to do)."""
     if timesteps is not None and timesteps != config.timesteps:
         if timesteps < step:
-            raise CLIError(f"{run_dir} has trained {step} steps already, more than --timesteps {timesteps}")
+            raise CLIError(f"{run_dir} has trained {step:,} steps already, more than --timesteps {timesteps:,}: with "
+                           f"--resume, --timesteps is the run's new total; give more than {step:,} to train it on")
         note = _outgrown_buffer_note(config, timesteps)
         notes = tuple(n for n in config.notes if not n.startswith(OUTGROWN_BUFFER)) + ((note,) if note else ())
         config = dataclasses.replace(config, timesteps=timesteps, notes=notes)
@@ -769,6 +751,8 @@ def resumed_config(run_dir: Path, config: TrainConfig, step: int,
     if step >= config.timesteps and summary_path.exists():
         with contextlib.suppress(ValueError, TypeError, UnicodeDecodeError):  # a damaged one is written again
             saved = RunSummary(**json.loads(summary_path.read_text(encoding="utf-8")))
+            print(f"herl train: {run_dir} finished at step {step:,} already: nothing to train (--timesteps N, a new "
+                  f"total above {step:,}, trains it on)", file=sys.stderr, flush=True)
             return config, dataclasses.replace(saved, run_dir=str(run_dir))  # where it is now (moved or copied)
     return config, None
 

@@ -49,7 +49,7 @@ from herl.training.envs import as_env_adapter, is_goal_space, make_env
 from herl.training.fused_step import FusedStep, compile_update, first_call, fused_step_unsupported
 from herl.training.logger import Logger
 from herl.training.noise import ActionNoise, as_action_noise
-from herl.utils import flush_denormals, get_device
+from herl.utils import flush_denormals, get_device, warn_if_threads_wait
 
 POLICIES = ("MultiInputPolicy", "MlpPolicy", "CnnPolicy")
 # Updates between two checks that the losses are finite (each check is one device sync; see check_losses).
@@ -90,6 +90,25 @@ class Parameters(dict):
 
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self or key == "policy" else default
+
+
+def _replay_buffer_class(owner: str, value: Any) -> type[ReplayBuffer]:
+    """``replay_buffer_class`` as given (None: :class:`ReplayBuffer`), or a :class:`ConfigError` that says what to
+    pass: a buffer object (its settings belong in ``replay_buffer_kwargs``), a name, another library's class."""
+    if value is None:
+        return ReplayBuffer
+    if isinstance(value, type) and issubclass(value, ReplayBuffer):
+        return value
+    name = type(value).__name__ if isinstance(value, ReplayBuffer) else getattr(value, "__name__", str(value))
+    if isinstance(value, ReplayBuffer):
+        fix = f"the class, replay_buffer_class={name}, with the object's settings in replay_buffer_kwargs=dict(...)"
+    elif name in ("ReplayBuffer", "DictReplayBuffer", "HerReplayBuffer", "NStepReplayBuffer"):
+        herl_name = "ReplayBuffer" if name == "DictReplayBuffer" else name
+        what = "not its name" if isinstance(value, str) else "not another library's"
+        fix = f"herl's class (from herl import {herl_name}; replay_buffer_class={herl_name}), {what}"
+    else:
+        fix = "a class: herl.ReplayBuffer (the default), herl.HerReplayBuffer, or a subclass of herl.ReplayBuffer"
+    raise ConfigError(owner, "replay_buffer_class", value, fix)
 
 
 class OffPolicyAlgorithm:
@@ -172,7 +191,7 @@ class OffPolicyAlgorithm:
         self.tensorboard_log = None if tensorboard_log is None else str(tensorboard_log)
         action_noise = as_action_noise(action_noise)
         self.action_noise = action_noise
-        self.replay_buffer_class = replay_buffer_class or ReplayBuffer
+        self.replay_buffer_class = _replay_buffer_class(type(self).__name__, replay_buffer_class)
         self.replay_buffer_kwargs = dict(replay_buffer_kwargs or {})
         self.seed = seed
         # One seed sequence feeds every generator, so a seed fixes the whole run (STYLE.md: randomness explicit).
@@ -690,6 +709,11 @@ class OffPolicyAlgorithm:
         if isinstance(action_space, spaces.Box) and not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ActionSpaceError(f"{type(self).__name__} needs a bounded Box action space (finite low and high), got "
                                    f"{action_space}")
+        if isinstance(action_space, spaces.Box) and not np.issubdtype(action_space.dtype, np.floating):
+            # its actions would be cast to whole numbers: within (-1, 1), every one of them 0
+            raise ActionSpaceError(f"{type(self).__name__} acts in real numbers, and the action space {action_space} "
+                                   "holds whole numbers: give the env a float32 Box and round its actions in the env, "
+                                   "or, for a few choices, a Discrete action space and DQN")
 
     def _make_replay_buffer(self) -> ReplayBuffer:
         kwargs = dict(self.replay_buffer_kwargs)
@@ -900,6 +924,7 @@ class OffPolicyAlgorithm:
         total_timesteps = as_integer(type(self).__name__, "total_timesteps", total_timesteps, NON_NEGATIVE_INT)
         check_demonstrations(self, self.replay_buffer)  # the buffer may have been replaced since construction
         check(type(self).__name__, "log_interval", log_interval, integer(0, also=(None,)))
+        warn_if_threads_wait(self.device)
         with flush_denormals():  # Adam's moments decay into denormals, which CPUs compute with slowly
             return run(self, total_timesteps, callback=callback, log_interval=log_interval,
                        tb_log_name=tb_log_name or type(self).__name__, reset_num_timesteps=reset_num_timesteps,

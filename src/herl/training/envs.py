@@ -66,6 +66,9 @@ def as_env_adapter(env: Any) -> SingleEnv | VectorEnvAdapter | SB3VecEnvAdapter:
         return SingleEnv(env)
     if is_sb3_vec_env(env):
         return SB3VecEnvAdapter(env)
+    if isinstance(env, type) and issubclass(env, gym.Env):
+        raise TypeError(f"got the env class {env.__name__}, not an env: pass an env object, {env.__name__}(...), or an "
+                        "env id")
     raise TypeError(
         f"expected a gymnasium Env, a gymnasium VectorEnv, a Stable-Baselines3 VecEnv or an env id, got "
         f"{type(env).__name__}"

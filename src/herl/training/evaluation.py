@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from herl.training.envs import as_env_adapter, make_env
+
+
+LONG_EPISODE_STEPS = 100_000
+"""After how many steps of one episode :func:`evaluate_policy` warns that the env may have no time limit (it goes on,
+as SB3's does: an episode that never ends holds it forever)."""
 
 
 def evaluate_policy(
@@ -45,6 +51,7 @@ def evaluate_policy(
     successes: list[float] = []
     episode_starts = np.ones(n_envs, dtype=bool)
     observations = adapter.reset(seed=seed)
+    long_episode_said = False
     while (episode_counts < episode_count_targets).any():
         actions, states = model.predict(adapter.policy_obs(observations), deterministic=deterministic)
         _, new_observations, rewards, terminated, truncated, infos = adapter.step(np.asarray(actions))
@@ -68,6 +75,12 @@ def evaluate_policy(
             if dones[i]:
                 current_rewards[i], current_lengths[i] = 0.0, 0
         observations = new_observations
+        if not long_episode_said and int(current_lengths.max()) >= LONG_EPISODE_STEPS:
+            long_episode_said = True
+            warnings.warn(f"evaluate_policy: an episode has run {LONG_EPISODE_STEPS:,} steps without ending, and "
+                          "evaluation waits for it to end: if the env has no time limit, give it one "
+                          "(gymnasium.wrappers.TimeLimit, or max_episode_steps= where it is registered)", RuntimeWarning,
+                          stacklevel=2)
         if render:
             getattr(adapter.env, "render", lambda: None)()
     mean_reward, std_reward = float(np.mean(episode_rewards)), float(np.std(episode_rewards))
@@ -76,6 +89,10 @@ def evaluate_policy(
     if return_episode_rewards:
         out = (episode_rewards, episode_lengths)
         return (*out, successes) if return_success_rate else out
+    if return_success_rate and not successes:
+        warnings.warn("evaluate_policy: return_success_rate, but no episode's last info held 'is_success': the "
+                      "success rate is nan (an env reports success as info['is_success'], as gymnasium-robotics' do)",
+                      RuntimeWarning, stacklevel=2)
     if return_success_rate:
         return mean_reward, std_reward, float(np.mean(successes)) if successes else float("nan")
     return mean_reward, std_reward
