@@ -290,29 +290,20 @@ class GoalSpaces(PointReachEnv):
         self.observation_space = gym.spaces.Dict({**self.observation_space.spaces, "desired_goal": desired_goal})
 
 
-def test_goal_spaces_of_different_dtypes_warn_unless_warn_is_false():
-    """HER stores achieved goals as desired goals, cast: it trains, but is likely a mistake."""
-    def env() -> gym.Env:
-        return seeded(GoalSpaces(gym.spaces.Box(-1.0, 1.0, (2,), np.float64)))
-
-    with pytest.warns(GoalEnvWarning, match=r"achieved_goal's space has dtype float32 but desired_goal's has dtype "
-                                            r"float64: HER stores achieved goals as desired goals"):
-        check_goal_env(env())
+@pytest.mark.parametrize("desired_goal, match", [
+    # HER stores achieved goals as desired goals, cast: it trains, but is likely a mistake
+    (gym.spaces.Box(-1.0, 1.0, (2,), np.float64),
+     r"achieved_goal's space has dtype float32 but desired_goal's has dtype float64: HER stores achieved goals as "
+     r"desired goals"),
+    (gym.spaces.Box(-0.5, 0.5, (2,), np.float32),
+     r"achieved_goal's space has bounds \[-1.0, 1.0\] but desired_goal's has \[-0.5, 0.5\]"),
+], ids=["dtypes", "bounds"])
+def test_goal_spaces_of_different_dtypes_or_bounds_warn_unless_warn_is_false(desired_goal, match):
+    with pytest.warns(GoalEnvWarning, match=match):
+        check_goal_env(seeded(GoalSpaces(desired_goal)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        check_goal_env(env(), warn=False)
-
-
-def test_goal_spaces_of_different_bounds_warn_unless_warn_is_false():
-    def env() -> gym.Env:
-        return seeded(GoalSpaces(gym.spaces.Box(-0.5, 0.5, (2,), np.float32)))
-
-    with pytest.warns(GoalEnvWarning, match=r"achieved_goal's space has bounds \[-1.0, 1.0\] but desired_goal's has "
-                                            r"\[-0.5, 0.5\]"):
-        check_goal_env(env())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_goal_env(env(), warn=False)
+        check_goal_env(seeded(GoalSpaces(desired_goal)), warn=False)
 
 
 class AchievedGoalOfAnotherShape(PointReachEnv):

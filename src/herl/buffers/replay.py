@@ -22,9 +22,6 @@ from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, TorchE
 from herl.errors import BOOL, POSITIVE_INT, ArchiveError, HerlError, NonFiniteError, Rule, as_integer, check, number
 from herl.utils import get_device
 
-# info keys that are episode book-keeping, never inputs of a reward
-
-
 _BOOL = np.dtype(bool)  # numpy's dtype objects of built-in types are singletons: `is` compares them
 
 

@@ -672,8 +672,8 @@ def _short_run_notes(config: TrainConfig, model: Any) -> list[str]:
     if starts >= config.timesteps:
         notes.append(f"learning_starts={starts:,} is not below timesteps={config.timesteps:,}: this run collects "
                      "and never updates; set learning_starts lower or train longer")
-    interval = getattr(model.config, "target_update_interval", None)
-    if type(model).__name__ == "DQN" and interval is not None and interval >= config.timesteps > starts:
+    interval = model.config.target_update_interval if config.algo == "dqn" else None  # SAC's counts updates
+    if interval is not None and interval >= config.timesteps > starts:
         notes.append(f"target_update_interval={interval:,} env steps is not below timesteps={config.timesteps:,}: "
                      "DQN's target network is never copied in this run (its targets stay those of the first "
                      "weights); set target_update_interval lower or train longer")

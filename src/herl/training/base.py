@@ -99,9 +99,10 @@ def _replay_buffer_class(owner: str, value: Any) -> type[ReplayBuffer]:
         return ReplayBuffer
     if isinstance(value, type) and issubclass(value, ReplayBuffer):
         return value
-    name = type(value).__name__ if isinstance(value, ReplayBuffer) else getattr(value, "__name__", str(value))
+    name = getattr(value, "__name__", str(value))
     if isinstance(value, ReplayBuffer):
-        fix = f"the class, replay_buffer_class={name}, with the object's settings in replay_buffer_kwargs=dict(...)"
+        fix = (f"the class, replay_buffer_class={type(value).__name__}, with the object's settings in "
+               "replay_buffer_kwargs=dict(...)")
     elif name in ("ReplayBuffer", "DictReplayBuffer", "HerReplayBuffer", "NStepReplayBuffer"):
         herl_name = "ReplayBuffer" if name == "DictReplayBuffer" else name
         what = "not its name" if isinstance(value, str) else "not another library's"
