@@ -87,6 +87,23 @@ def test_non_vectorized_reward_with_copy_info_dict_is_caught_at_the_first_add():
         buffer.add(o, o, np.zeros((1, 3), np.float32), np.zeros(1), np.array([False]), [{"x": 1.0}])
 
 
+@pytest.mark.parametrize("copy_info_dict, info", [(False, {"scale": 2.0}), (True, {"scale": "wide"})],
+                         ids=["not-stored", "not-numeric"])
+def test_a_reward_reading_an_info_entry_the_buffer_does_not_hold_is_named_with_the_fix(copy_info_dict, info):
+    """Without copy_info_dict no entry is held; with it, a string entry is not: either way the entry is named with what
+    the buffer holds, not blamed on vectorization (before, both said "must be vectorized")."""
+
+    def scaled(achieved_goal, desired_goal, info):
+        return -(np.abs(achieved_goal - desired_goal).sum(-1) > float(info["scale"])).astype(np.float32)
+
+    o = {k: np.zeros((1, 3), np.float32) for k in ("observation", "achieved_goal", "desired_goal")}
+    with pytest.raises(ValueError, match=r"compute_reward reads info\['scale'\], which HER's buffer does not hold "
+                                         r"\(it holds \[\]\): with HerReplayBuffer\(copy_info_dict=True\)") as raised:
+        buffer = make(compute_reward=scaled, copy_info_dict=copy_info_dict)  # a function given: probed here or at add
+        buffer.add(o, o, np.zeros((1, 3), np.float32), np.zeros(1), np.array([True]), [info])
+    assert "vectorized" not in str(raised.value)
+
+
 def test_neither_env_nor_compute_reward():
     with pytest.raises(ValueError, match="env=.*compute_reward="):
         make(compute_reward=None)

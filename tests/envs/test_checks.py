@@ -356,6 +356,28 @@ def test_a_reward_that_reads_info_is_named_with_the_fix():
         check_goal_env(seeded(ScaledReward()), warn=False, copy_info_dict=False)
 
 
+class RewardFromAStringEntry(PointReachEnv):
+    """compute_reward reads info["mode"], a string HER never stores."""
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        distance = np.linalg.norm(np.asarray(achieved_goal) - desired_goal, axis=-1)
+        scale = 2.0 if info["mode"] == "wide" else 1.0
+        return -(distance > self.distance_threshold * scale).astype(np.float32)
+
+    def step(self, action: Any):
+        observation, _, terminated, truncated, info = super().step(action)
+        info = {**info, "mode": "wide"}
+        reward = float(self.compute_reward(observation["achieved_goal"], observation["desired_goal"], info))
+        return observation, reward, terminated, truncated, info
+
+
+def test_a_reward_that_reads_a_non_numeric_info_entry_is_named_not_blamed_on_vectorization():
+    with pytest.raises(GoalEnvError, match=r"compute_reward reads info\['mode'\], a str \('wide'\): HER stores only "
+                                           r"numeric info entries") as raised:
+        check_goal_env(seeded(RewardFromAStringEntry()), copy_info_dict=True)
+    assert "vectorized" not in str(raised.value)
+
+
 def test_the_batch_info_is_the_one_the_her_buffer_passes():
     from herl import HerReplayBuffer
     from herl.buffers.goal_functions import InfoBatch

@@ -131,6 +131,13 @@ def probe_vectorized(
     try:
         result = np.asarray(call(achieved, desired, info))
     except Exception as err:  # the user's code: any failure is reported with the fix
+        held = sorted(info.keys()) if hasattr(info, "keys") else []
+        missing = err.args[0] if isinstance(err, KeyError) and len(err.args) == 1 else None
+        if isinstance(missing, str) and missing not in held:
+            raise ValueError(f"{what} reads info[{missing!r}], which HER's buffer does not hold (it holds "
+                             f"{held}): with HerReplayBuffer(copy_info_dict=True) it stores the step's numeric info "
+                             "entries (numbers and numeric arrays, never strings or objects); give the entry as a "
+                             "number or compute the value from the goals") from err
         raise ValueError(f"{what} failed on a batch of 2 goals ({type(err).__name__}: {err}). {fix}; its info holds "
                          f"the stored info entries ({sorted(info.keys()) if hasattr(info, 'keys') else info!r}; "
                          "HerReplayBuffer(copy_info_dict=True) stores the step's numbers) by name and by row: "

@@ -109,6 +109,14 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True, *,
     try:
         batch_rewards = np.asarray(compute_reward(batch_achieved, batch_desired, batch_info))
     except Exception as error:
+        unstored = _unstored_info_entry(error, infos[0], batch_info)
+        if unstored is not None:
+            raise GoalEnvError(
+                f"compute_reward reads info[{unstored!r}], a {type(infos[0][unstored]).__name__} "
+                f"({infos[0][unstored]!r}): HER stores only numeric info entries (numbers and numeric arrays) and "
+                "passes those with a batch of goals; give the reward a numeric entry (e.g. 1.0/0.0 for a flag) or "
+                "compute it from the goals"
+            ) from error
         raise GoalEnvError(
             f"compute_reward raised {type(error).__name__} on a batch of 2 goals (shape {batch_achieved.shape}, "
             f"info entries {sorted(batch_info.keys())}): {error}; {vectorize_hint}"
@@ -139,6 +147,17 @@ def _her_info(infos: list[dict[str, Any]]) -> Any:
     the steps lack is left out."""
     keys = [key for key in numeric_info_keys(infos) if all(key in info for info in infos)]
     return InfoBatch({key: np.stack([np.asarray(info[key]) for info in infos]) for key in keys}, len(infos))
+
+
+def _unstored_info_entry(error: Exception, info: dict[str, Any], batch_info: Any) -> str | None:
+    """The step's info entry that ``compute_reward`` looked up and HER does not store (a string, None, an object),
+    where ``error`` is the ``KeyError`` of that lookup; else None."""
+    if not isinstance(error, KeyError) or len(error.args) != 1:
+        return None
+    key = error.args[0]
+    if isinstance(key, str) and key in info and key not in batch_info:
+        return key
+    return None
 
 
 def _check_reward_without_info(
