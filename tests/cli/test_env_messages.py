@@ -140,3 +140,32 @@ def test_a_module_that_fails_to_import_or_an_env_that_cannot_be_made_says_where(
     err = capsys.readouterr().err
     assert "herl_msg_constructor:HerlMsgNoConfig-v0 could not be made: RuntimeError: no config file (" in err
     assert "herl_msg_constructor.py, line 7, in __init__)" in err and "Traceback" not in err
+
+
+def test_an_env_that_raises_later_in_training_keeps_its_traceback_and_says_where_the_run_continues(
+        env_module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the pre-flight check, an env's own error is the env author's to read (its traceback stays); under it the
+    note names the step and the checkpoint `--resume` continues from once the env is fixed."""
+    env_module("herl_msg_later", REACH + (
+        "import os\n\n"
+        "class Flaky(PointReachEnv):\n"
+        "    steps = 0\n\n"
+        "    def step(self, action):\n"
+        "        self.steps += 1\n"
+        "        if self.steps == 150 and os.environ.get('HERL_TEST_FLAKY'):\n"
+        "            raise RuntimeError('sensor lost')\n"
+        "        return super().step(action)\n\n"
+        "gym.register('HerlMsgFlaky-v0', entry_point=Flaky, max_episode_steps=20)\n"))
+    monkeypatch.setenv("HERL_TEST_FLAKY", "1")
+    run = tmp_path / "run"
+    args = ["train", "--env", "herl_msg_later:HerlMsgFlaky-v0", "--algo", "sac", *TINY_SAC, "--set", "eval.freq=0",
+            "--set", "checkpoint.freq=100", "--run-dir", run]
+    with pytest.raises(RuntimeError, match="sensor lost") as raised:
+        herl(*args)
+    checkpoint = run / "seed_0" / "checkpoints" / "step_000000000100"
+    assert raised.value.__notes__ == [
+        f"herl train: the run stopped at step 149 on this error. The run's last checkpoint, {checkpoint} (step 100), "
+        f"was taken before this: once the cause is fixed, `herl train --resume {run / 'seed_0'}` continues from it."]
+    monkeypatch.delenv("HERL_TEST_FLAKY")
+    assert herl("train", "--resume", run / "seed_0") == 0
+    assert (run / "seed_0" / "model.zip").is_file()

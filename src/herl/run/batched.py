@@ -58,6 +58,8 @@ from herl.run.train import (
     first_loadable_checkpoint,
     new_run_folder,
     next_evaluation,
+    non_finite_stop_message,
+    note_where_a_crashed_run_continues,
     resolved_config,
     restart_config,
     resumed_config,
@@ -369,12 +371,12 @@ def _train(trainer: Any, config: TrainConfig, run_dir: Path, *, resume_step: int
         model.save(run_dir / MODEL_FILE)
         share_like_new_files(run_dir / MODEL_FILE)
     except NonFiniteError as err:  # the NaN guard stopped the run: a mistake to fix, not a bug (no traceback)
-        last = latest_checkpoint(run_dir)
-        where = (f"The run {run_dir} has no checkpoint yet: once the cause is fixed, start it again in a new --run-dir"
-                 if last is None else
-                 f"The run's last checkpoint, {last.path} (step {last.step:,}), was taken before this: once the cause "
-                 f"is fixed, {resume} continues from it")
-        raise CLIError(" ".join(f"{str(err).rstrip('. ')}. {where}.".split())) from None
+        raise CLIError(non_finite_stop_message(err, run_dir)) from None
+    except CLIError:
+        raise  # one line that says what to do
+    except Exception as err:  # the env's code, a bug: its traceback, and where the run continues
+        note_where_a_crashed_run_continues(err, run_dir, model.num_timesteps)
+        raise
     finally:
         progress.close()
         logger.close()

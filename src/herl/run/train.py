@@ -259,19 +259,35 @@ class Stopped(Exception):
         self.step = step
 
 
+def where_a_stopped_run_continues(run_dir: Path, *, settings_note: bool = False) -> str:
+    """The sentence on where a run an error stopped continues once the cause is fixed: its last checkpoint, or a new
+    start where it has none."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        return (f"The run {run_dir} has no checkpoint yet: once the cause is fixed, start it again in a new --run-dir "
+                "(or delete this one)")
+    return (f"The run's last checkpoint, {checkpoint.path} (step {checkpoint.step:,}), was taken before this: once the "
+            f"cause is fixed, `herl train --resume {shlex.quote(str(run_dir))}` continues from it"
+            + (" (with the run's settings; to train with others, such as a lower learning_rate, start a new run with "
+               "--set)" if settings_note else ""))
+
+
 def non_finite_stop_message(err: Exception, run_dir: Path) -> str:
     """What ``herl train`` says when the NaN guard stops a run: the guard's message (the cause and its fix) and the
     checkpoint the run can continue from once the cause is fixed. One line."""
-    run = shlex.quote(str(run_dir))
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        where = (f"The run {run_dir} has no checkpoint yet: once the cause is fixed, start it again in a new --run-dir "
-                 "(or delete this one)")
-    else:
-        where = (f"The run's last checkpoint, {checkpoint.path} (step {checkpoint.step:,}), was taken before this: once "
-                 f"the cause is fixed, `herl train --resume {run}` continues from it (with the run's settings; to train "
-                 "with others, such as a lower learning_rate, start a new run with --set)")
+    where = where_a_stopped_run_continues(run_dir, settings_note=True)
     return " ".join(f"{str(err).rstrip('. ')}. {where}.".split())
+
+
+def note_where_a_crashed_run_continues(err: BaseException, run_dir: Path, step: int) -> None:
+    """Add to an unexpected error that stopped training (the env's own code raising, a bug) the step it stopped at
+    and where the run continues from; Python prints the note under the traceback. Checkpoints are written whole at
+    rollout starts, so the last one is sound whatever failed after it."""
+    note = f"herl train: the run stopped at step {step:,} on this error. {where_a_stopped_run_continues(run_dir)}."
+    if hasattr(err, "add_note"):  # Python 3.11+
+        err.add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        print(note, file=sys.stderr, flush=True)
 
 
 # In a --jobs worker process (None elsewhere): the stop signals it received, while training or not (starting up,
@@ -484,6 +500,11 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
         share_like_new_files(run_dir / MODEL_FILE)
     except NonFiniteError as err:  # the NaN guard stopped the run: a mistake to fix, not a bug (no traceback)
         raise CLIError(non_finite_stop_message(err, run_dir)) from None
+    except CLIError:
+        raise  # one line that says what to do
+    except Exception as err:  # the env's code, a bug: its traceback, and where the run continues
+        note_where_a_crashed_run_continues(err, run_dir, model.num_timesteps)
+        raise
     finally:
         progress.close()
         logger.close()
