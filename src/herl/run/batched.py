@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from herl.errors import NonFiniteError
 from herl.io.atomic import atomic_write, fsync_folder
 from herl.run.checkpoint import BATCHED_RUN_FILE as RUN_STATE_FILE
 from herl.run.checkpoint import LATEST, MODEL_FILE, Checkpoint, atomic_write_text, checkpoints_folder, \
@@ -58,11 +57,10 @@ from herl.run.train import (
     first_loadable_checkpoint,
     new_run_folder,
     next_evaluation,
-    non_finite_stop_message,
-    note_where_a_crashed_run_continues,
     resolved_config,
     restart_config,
     resumed_config,
+    stopped_runs_say_where_they_continue,
 )
 
 
@@ -353,30 +351,25 @@ def _train(trainer: Any, config: TrainConfig, run_dir: Path, *, resume_step: int
                     progress=progress, history=[] if fresh else _eval_history(run_dir), on_eval=on_eval)
     resume = f"`herl train --resume {shlex.quote(str(run_dir))}`"
     try:
-        with StopOnSignal(run_dir) as stop:
-            loop.stop = stop
-            try:
-                loop.start(fresh)
-                trainer.learn(config.timesteps, log_every=log_every(trainer.env), callback=loop)
-            except KeyboardInterrupt:
-                last = latest_checkpoint(run_dir)
-                where = f"its last checkpoint, step {last.step:,}" if last else "the start (no checkpoint yet)"
-                raise Interrupted(f"stopped at once; {resume} continues from {where}", how="stopped at once") from None
-            if loop.stopped_at is not None:
-                raise Interrupted(f"stopped by {stop.signal_name} at step {loop.stopped_at:,}; a checkpoint was "
-                                  f"written: continue with {resume}", how=f"stopped by {stop.signal_name}")
-        if config.eval.freq and (not loop.history or loop.history[-1][0] != model.num_timesteps):
-            loop.evaluate()
-        loop.checkpoint()  # clamps the progress left, for the model file too
-        model.save(run_dir / MODEL_FILE)
-        share_like_new_files(run_dir / MODEL_FILE)
-    except NonFiniteError as err:  # the NaN guard stopped the run: a mistake to fix, not a bug (no traceback)
-        raise CLIError(non_finite_stop_message(err, run_dir)) from None
-    except CLIError:
-        raise  # one line that says what to do
-    except Exception as err:  # the env's code, a bug: its traceback, and where the run continues
-        note_where_a_crashed_run_continues(err, run_dir, model.num_timesteps)
-        raise
+        with stopped_runs_say_where_they_continue(run_dir, model):
+            with StopOnSignal(run_dir) as stop:
+                loop.stop = stop
+                try:
+                    loop.start(fresh)
+                    trainer.learn(config.timesteps, log_every=log_every(trainer.env), callback=loop)
+                except KeyboardInterrupt:
+                    last = latest_checkpoint(run_dir)
+                    where = f"its last checkpoint, step {last.step:,}" if last else "the start (no checkpoint yet)"
+                    raise Interrupted(f"stopped at once; {resume} continues from {where}",
+                                      how="stopped at once") from None
+                if loop.stopped_at is not None:
+                    raise Interrupted(f"stopped by {stop.signal_name} at step {loop.stopped_at:,}; a checkpoint was "
+                                      f"written: continue with {resume}", how=f"stopped by {stop.signal_name}")
+            if config.eval.freq and (not loop.history or loop.history[-1][0] != model.num_timesteps):
+                loop.evaluate()
+            loop.checkpoint()  # clamps the progress left, for the model file too
+            model.save(run_dir / MODEL_FILE)
+            share_like_new_files(run_dir / MODEL_FILE)
     finally:
         progress.close()
         logger.close()

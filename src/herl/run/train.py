@@ -279,6 +279,21 @@ def non_finite_stop_message(err: Exception, run_dir: Path) -> str:
     return " ".join(f"{str(err).rstrip('. ')}. {where}.".split())
 
 
+@contextlib.contextmanager
+def stopped_runs_say_where_they_continue(run_dir: Path, model: Any) -> Iterator[None]:
+    """Around training a run: the NaN guard's stop becomes one line (a mistake to fix, not a bug: no traceback) with
+    the checkpoint to continue from; any other error but herl's one-line ones keeps its traceback and gets that note."""
+    try:
+        yield
+    except NonFiniteError as err:
+        raise CLIError(non_finite_stop_message(err, run_dir)) from None
+    except CLIError:
+        raise  # one line that says what to do
+    except Exception as err:  # the env's code, a bug
+        note_where_a_crashed_run_continues(err, run_dir, model.num_timesteps)
+        raise
+
+
 def note_where_a_crashed_run_continues(err: BaseException, run_dir: Path, step: int) -> None:
     """Add to an unexpected error that stopped training (the env's own code raising, a bug) the step it stopped at
     and where the run continues from; Python prints the note under the traceback. Checkpoints are written whole at
@@ -475,36 +490,31 @@ def _train(model: Any, config: TrainConfig, run_dir: Path, *, resume_step: int |
                            history=[] if fresh else _eval_history(run_dir), on_eval=on_eval)
     learn, notes = _learner(model, config, callback, worker_learner)
     try:
-        with StopOnSignal(run_dir) as stop:
-            callback.stop = stop
-            try:
-                learn(config.timesteps - model.num_timesteps, callback=callback, log_interval=config.log_interval,
-                      reset_num_timesteps=fresh)
-            except WorkersLost as lost:  # between whole episodes: the model and buffer are consistent, keep them
-                callback.checkpoint()
-                raise WorkersLost(f"{lost}; training stopped at env step {model.num_timesteps:,} with a checkpoint: "
-                                  f"continue with `herl train --resume {shlex.quote(str(run_dir))}`") from None
-            except Stopped as stopped:
-                raise Interrupted(f"stopped by {stop.signal_name} at step {stopped.step:,}; a checkpoint was written: "
-                                  f"continue with `herl train --resume {shlex.quote(str(run_dir))}`",
-                                  how=f"stopped by {stop.signal_name}") from None
-            except KeyboardInterrupt:
-                last = latest_checkpoint(run_dir)
-                where = f"its last checkpoint, step {last.step:,}" if last else "the start (no checkpoint yet)"
-                raise Interrupted(f"stopped at once; `herl train --resume {shlex.quote(str(run_dir))}` continues "
-                                  f"from {where}", how="stopped at once") from None
-        if config.eval.freq and (not callback.history or callback.history[-1][0] != model.num_timesteps):
-            callback.evaluate()
-        callback.checkpoint()
-        model.save(run_dir / MODEL_FILE)
-        share_like_new_files(run_dir / MODEL_FILE)
-    except NonFiniteError as err:  # the NaN guard stopped the run: a mistake to fix, not a bug (no traceback)
-        raise CLIError(non_finite_stop_message(err, run_dir)) from None
-    except CLIError:
-        raise  # one line that says what to do
-    except Exception as err:  # the env's code, a bug: its traceback, and where the run continues
-        note_where_a_crashed_run_continues(err, run_dir, model.num_timesteps)
-        raise
+        with stopped_runs_say_where_they_continue(run_dir, model):
+            with StopOnSignal(run_dir) as stop:
+                callback.stop = stop
+                try:
+                    learn(config.timesteps - model.num_timesteps, callback=callback, log_interval=config.log_interval,
+                          reset_num_timesteps=fresh)
+                except WorkersLost as lost:  # between whole episodes: the model and buffer are consistent, keep them
+                    callback.checkpoint()
+                    raise WorkersLost(f"{lost}; training stopped at env step {model.num_timesteps:,} with a "
+                                      f"checkpoint: continue with `herl train --resume {shlex.quote(str(run_dir))}`"
+                                      ) from None
+                except Stopped as stopped:
+                    raise Interrupted(f"stopped by {stop.signal_name} at step {stopped.step:,}; a checkpoint was "
+                                      f"written: continue with `herl train --resume {shlex.quote(str(run_dir))}`",
+                                      how=f"stopped by {stop.signal_name}") from None
+                except KeyboardInterrupt:
+                    last = latest_checkpoint(run_dir)
+                    where = f"its last checkpoint, step {last.step:,}" if last else "the start (no checkpoint yet)"
+                    raise Interrupted(f"stopped at once; `herl train --resume {shlex.quote(str(run_dir))}` continues "
+                                      f"from {where}", how="stopped at once") from None
+            if config.eval.freq and (not callback.history or callback.history[-1][0] != model.num_timesteps):
+                callback.evaluate()
+            callback.checkpoint()
+            model.save(run_dir / MODEL_FILE)
+            share_like_new_files(run_dir / MODEL_FILE)
     finally:
         progress.close()
         logger.close()
