@@ -249,3 +249,30 @@ def test_load_replay_buffer_keeps_the_reward_function_of_replay_buffer_kwargs(tm
     other.load_replay_buffer(tmp_path / "buffer.zip")
     rewards = other.replay_buffer.sample(256).rewards
     assert (rewards == -7.0).float().mean() > 0.5  # the relabeled 4/5 use `seven`
+
+
+def prioritized(algo, **kwargs):
+    return algo("MultiInputPolicy", make_env(algo), replay_buffer_class=HerReplayBuffer,
+                replay_buffer_kwargs=dict(prioritized=True, n_sampled_goal=2, **kwargs), **SMALL)
+
+
+@pytest.mark.parametrize("algo", [DDPG, TD3, SAC, TQC, CrossQ], ids=lambda a: a.__name__)
+def test_prioritized_replay_is_refused_where_no_priority_is_fed_back(algo, monkeypatch, tmp_path):
+    """Only DQN weighs its loss by importance and feeds back TD errors; the others drew uniformly from a buffer whose
+    priorities never changed, silently. Now refused; a model file saved so loads without the option, with a note."""
+    with pytest.raises(ValueError, match=rf"{algo.__name__} replay_buffer_kwargs prioritized=True is not allowed: "
+                                         r".*False: .*feeds back no priorities"):
+        prioritized(algo)
+    monkeypatch.setattr(algo, "updates_priorities", True)  # a file from before the refusal
+    prioritized(algo, alpha=0.5).save(tmp_path / "m")
+    monkeypatch.undo()
+    with pytest.warns(UserWarning, match=rf"prioritized=True, which {algo.__name__} never used .*loaded without it"):
+        model = algo.load(tmp_path / "m.zip", env=make_env(algo))
+    assert model.replay_buffer_kwargs == {"n_sampled_goal": 2} and not model.replay_buffer.prioritized
+
+
+def test_dqn_feeds_back_priorities():
+    model = prioritized(DQN)
+    model.learn(120)
+    leaves = model.replay_buffer.storage.priorities.state()["leaves"]
+    assert len(np.unique(leaves[leaves > 0])) > 10  # all start at the same value

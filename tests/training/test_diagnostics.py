@@ -99,3 +99,23 @@ def test_goal_moved_history_is_checked_when_set():
     for bad in ([1, 0], "yes", [None]):
         with pytest.raises(ValueError, match="goal_moved_history must be a list of bools"):
             buffer.goal_moved_history = bad
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int64])
+def test_goals_of_whole_numbers_and_booleans_are_read(dtype):
+    """Boolean goals made training fail at its first log (torch has no `-` for booleans); unsigned ones wrapped."""
+    from gymnasium import spaces
+
+    class Bits(BitFlippingEnv):
+        def __init__(self):
+            super().__init__(n_bits=4, max_steps=4)
+            goal = spaces.Box(0, 1, (4,), dtype=dtype)
+            self.observation_space = spaces.Dict({"observation": goal, "achieved_goal": goal, "desired_goal": goal})
+
+        def _get_obs(self):
+            return {k: np.asarray(v).astype(dtype) for k, v in super()._get_obs().items()}
+
+    model = DQN("MultiInputPolicy", Bits(), replay_buffer_class=HerReplayBuffer, **SMALL)
+    model.learn(120)
+    out = replay_diagnostics(model)
+    assert out["diagnostics/goal_moves_share"] > 0.9  # every action flips a bit

@@ -62,6 +62,7 @@ class DQN(OffPolicyAlgorithm):
     :class:`~herl.nn.policies.DuelingQNetwork` instead of one MLP."""
 
     config_class = DQNConfig
+    updates_priorities = True
     default_net_arch = (64, 64)
     action_space_types = (spaces.Discrete,)
     policy_options = {"dueling": False}

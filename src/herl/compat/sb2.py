@@ -98,6 +98,9 @@ class _PerGoalReward:
     SB2. The first batch of two or more goals decides.
     """
 
+    rebuilt_on_load = True
+    """``HER.load`` makes it again from the env: a model file need not hold it (saving says nothing of it)."""
+
     def __init__(self, fn: Any) -> None:
         self._call = bind_goal_function(fn)
         self._per_goal: bool | None = None

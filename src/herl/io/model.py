@@ -30,6 +30,7 @@ import torch
 from herl.errors import ClassNotLoadedError
 from herl.io.archive import ArchiveError, generator_state, is_stream, read_archive, write_archive
 from herl.io.spaces import space_from_json, space_to_json
+from herl.utils import loaded_class
 
 MODEL_KIND = "model"
 MODEL_VERSION = 1
@@ -132,7 +133,7 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
         "observation_space": space_to_json(model.observation_space),
         "action_space": space_to_json(model.action_space),
         "action_noise": None if noise is None else noise.to_json(),
-        "replay_buffer_class": model.replay_buffer_class.__name__,
+        "replay_buffer_class": buffer_class_name(model.replay_buffer_class),
         # callables (compute_reward) are code, not data: pass them again on load with replay_buffer_kwargs=
         "replay_buffer_kwargs": _jsonable_kwargs(model.replay_buffer_kwargs),
         "seed": model.seed,
@@ -154,19 +155,103 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
     write_archive(path, kind=MODEL_KIND, version=MODEL_VERSION, meta=meta, arrays=arrays)
 
 
+def buffer_class_name(cls: type) -> str:
+    """How a model file names its replay buffer class: herl's by its name, a subclass of the user's as
+    ``module:qualname`` (found again among the modules the loading process has imported, see :func:`_buffer_class`)."""
+    return cls.__name__ if cls.__module__.split(".")[0] == "herl" else f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _buffer_class(name: Any, classes: ModelClasses, given: Any) -> type:
+    """The replay buffer class a model file names: herl's, or a subclass of the user's already imported; else the
+    class passed to ``load`` as ``replay_buffer_class`` stands in for it, and without one, a class that keeps the
+    name and refuses to be built (:func:`_not_loaded_buffer_class`). Never ``ReplayBuffer`` in its place, which would
+    train a HER model on without HER."""
+    base = classes.buffers["ReplayBuffer"]
+    if name is None:  # files from before the field
+        return base
+    if not isinstance(name, str) or not name:
+        raise ArchiveError(f"its replay_buffer_class must be a class's name, got {name!r}")
+    if name in classes.buffers:
+        return classes.buffers[name]
+    found = loaded_class(name, base) if ":" in name else None
+    if found is not None:
+        return found
+    if isinstance(given, type) and issubclass(given, base):
+        return given
+    return _not_loaded_buffer_class(name, base)
+
+
+def _not_loaded_buffer_class(name: str, base: type) -> type:
+    """A stand-in for the user's buffer class ``name`` that this process has not imported: the model it is given to
+    predicts, evaluates and saves under the same name, and building its buffer (``learn``, ``set_env``, ``load`` with
+    an env) raises a :class:`ClassNotLoadedError` that names the fix."""
+    module, _, qualname = name.rpartition(":") if ":" in name else (__name__, "", name)
+    where = module if ":" in name else "the module that defines it"
+    message = (f"the replay buffer class {name!r} is not loaded: import its module ({where}) before loading the "
+               "model, or pass replay_buffer_class=TheClass to load "
+               "(model files hold no code, so herl does not import it for you); the model predicts without it, but "
+               "its buffer cannot be built")
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise ClassNotLoadedError(message)
+
+    return type(qualname.rpartition(".")[2], (base,), {"__init__": refuse, "__module__": module,
+                                                        "__qualname__": qualname, "__doc__": message})
+
+
+PRIORITY_SETTINGS = ("prioritized", "alpha", "beta", "priority_eps")
+
+
+def _without_unused_priorities(cls: type, settings: dict[str, Any], path: Any) -> dict[str, Any]:
+    """A file of an algorithm that does not update priorities, saved with ``prioritized=True`` before it was refused
+    (its batches were drawn uniformly, all priorities equal): loaded without the priority settings, with a note."""
+    if not settings.get("prioritized") or getattr(cls, "updates_priorities", True):
+        return settings
+    warnings.warn(f"{path}: its replay_buffer_kwargs hold prioritized=True, which {cls.__name__} never used (it feeds "
+                  "back no priorities, so every transition kept the same); loaded without it", UserWarning,
+                  stacklevel=4)
+    return {key: value for key, value in settings.items() if key not in PRIORITY_SETTINGS}
+
+
+_NOT_DATA = object()
+
+
+def _json_value(value: Any) -> Any:
+    """``value`` as a model file keeps it (enums by name, paths as text, NumPy numbers and arrays as Python's, tuples
+    as lists), or ``_NOT_DATA`` for what a file cannot hold (code, objects)."""
+    if isinstance(value, enum.Enum):
+        return value.name.lower()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, np.generic) and value.dtype.kind in "biufU":
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "biufU" and value.ndim == 1:
+        value = value.tolist()
+    if isinstance(value, _JSON_TYPES):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_json_value(v) for v in value]
+        return _NOT_DATA if any(v is _NOT_DATA or isinstance(v, list) for v in items) else items
+    return _NOT_DATA
+
+
 def _jsonable_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The entries that are data (enums by name, tuples as lists, paths as text, such as a dataset of demonstrations);
-    callables such as compute_reward are code, and in-memory demonstrations are data too large for the file: both
-    are left out (pass them again on load with replay_buffer_kwargs=)."""
+    """The entries that are data (see :func:`_json_value`); callables such as compute_reward are code, and
+    in-memory demonstrations are data too large for the file: both are left out (pass them again on load with
+    replay_buffer_kwargs=; saving says so, see :func:`unsaved_kwargs`)."""
     out = {}
     for key, value in kwargs.items():
-        if isinstance(value, enum.Enum):
-            out[key] = value.name.lower()
-        elif isinstance(value, os.PathLike):
-            out[key] = os.fspath(value)
-        elif isinstance(value, _JSON_TYPES) or (isinstance(value, (list, tuple)) and all(isinstance(v, _JSON_TYPES) for v in value)):
-            out[key] = list(value) if isinstance(value, tuple) else value
+        converted = _json_value(value)
+        if converted is not _NOT_DATA:
+            out[key] = converted
     return out
+
+
+def unsaved_kwargs(kwargs: Mapping[str, Any]) -> list[str]:
+    """The names of the entries a model file leaves out of ``kwargs`` (code, objects), but those herl gives again
+    itself on load (a value whose ``rebuilt_on_load`` is true)."""
+    return [key for key, value in kwargs.items()
+            if _json_value(value) is _NOT_DATA and not getattr(value, "rebuilt_on_load", False)]
 
 
 def read_model(path: str | os.PathLike, expected: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -248,7 +333,7 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
                                "(settings such as tensorboard_log or verbose are never taken from a file)")
         cls.config_class.from_kwargs(config)  # the file's own values, checked before the user's overrides
         obs_space, act_space = space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
-        buffer_class = classes.buffers.get(meta.get("replay_buffer_class"), classes.buffers["ReplayBuffer"])
+        buffer_class = _buffer_class(meta.get("replay_buffer_class"), classes, overrides.get("replay_buffer_class"))
         kwargs: dict[str, Any] = {
             **config,
             # files from before features extractors read the flat inputs; from before input_keys, a goal env's
@@ -258,8 +343,9 @@ def load_model(cls: type, path: str | os.PathLike, *, env: Any, device: Any, ove
             "action_noise": classes.action_noise(_field(meta, "action_noise", (dict, type(None)))),
             "replay_buffer_class": buffer_class,
             # settings the buffer no longer has are left out, with a note (HerReplayBuffer.settings_from_file)
-            "replay_buffer_kwargs": buffer_class.settings_from_file(_field(meta, "replay_buffer_kwargs", dict),
-                                                                    f"the model file {path}"),
+            "replay_buffer_kwargs": _without_unused_priorities(
+                cls, buffer_class.settings_from_file(_field(meta, "replay_buffer_kwargs", dict), f"the model file {path}"),
+                path),
             "seed": meta.get("seed"),
         }
         counters = _field(meta, "counters", dict)

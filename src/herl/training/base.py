@@ -194,6 +194,10 @@ class OffPolicyAlgorithm:
         self.action_noise = action_noise
         self.replay_buffer_class = _replay_buffer_class(type(self).__name__, replay_buffer_class)
         self.replay_buffer_kwargs = dict(replay_buffer_kwargs or {})
+        if self.replay_buffer_kwargs.get("prioritized") and not self.updates_priorities:
+            raise ConfigError(type(self).__name__, "replay_buffer_kwargs prioritized", True,
+                              f"False: {type(self).__name__} weighs no loss by importance and feeds back no priorities, "
+                              "so its batches would be drawn by priorities that never change (DQN uses them)")
         self.seed = seed
         # One seed sequence feeds every generator, so a seed fixes the whole run (STYLE.md: randomness explicit).
         init_seed, torch_seed, self._buffer_seed, self._env_seed, noise_seed, rng_seed = (
@@ -272,6 +276,10 @@ class OffPolicyAlgorithm:
         if self.env is not None:
             self.replay_buffer = self._make_replay_buffer()
         self._hyperparameters_live = True  # from here, model.<hyperparameter> = v changes the config (__setattr__)
+
+    updates_priorities: ClassVar[bool] = False
+    """Whether the update weighs its loss by a prioritized buffer's importance weights and feeds back its TD errors as
+    priorities (DQN); other algorithms refuse ``prioritized=True``."""
 
     # ------------------------------------------------------------------ hyperparameters as attributes (SB3)
     fixed_hyperparameters: ClassVar[frozenset[str]] = frozenset(
@@ -761,6 +769,13 @@ class OffPolicyAlgorithm:
         if self.replay_buffer is not None and adapter.n_envs != self.n_envs:
             raise EnvMismatchError(f"the replay buffer was made for {self.n_envs} env(s), this env has {adapter.n_envs}: "
                                    f"give an env of {self.n_envs}, or a new model for {adapter.n_envs}")
+        if self.replay_buffer is None:  # built first: a buffer that cannot be built leaves the model as it was
+            previous = self._raw_env, self.env, self.n_envs
+            self._raw_env, self.env, self.n_envs = raw, adapter, adapter.n_envs
+            try:
+                new_buffer = self._make_replay_buffer()
+            finally:
+                self._raw_env, self.env, self.n_envs = previous
         self._raw_env, self.env, self.n_envs = raw, adapter, adapter.n_envs
         if force_reset or self._ep_returns.shape != (self.n_envs,):
             if self._last_obs is not None and hasattr(self.replay_buffer, "truncate_last_trajectory"):
@@ -770,7 +785,7 @@ class OffPolicyAlgorithm:
             self._last_obs = None
             self._env_was_seeded = False
         if self.replay_buffer is None:
-            self.replay_buffer = self._make_replay_buffer()
+            self.replay_buffer = new_buffer
         elif isinstance(self.replay_buffer, HerReplayBuffer):
             self.replay_buffer.set_env(raw)
 
@@ -1082,13 +1097,19 @@ class OffPolicyAlgorithm:
         ``exclude`` / ``include`` (SB3's): names of what to leave out of the file or keep in it. The file holds what
         the model needs and nothing else, so the one name they act on is ``"verbose"`` (saved by default, as SB3
         saves it; ``include`` wins over ``exclude``); other names are accepted and change nothing."""
-        from herl.io.model import write_model
+        from herl.io.model import unsaved_kwargs, write_model
 
         keep_verbose = "verbose" not in (exclude or ()) or "verbose" in (include or ())
         if self.__dict__.get("_lr_schedule") is not None:
             warnings.warn(f"model.lr_schedule ({self.lr_schedule!r}) is code, which herl files never hold: the file "
                           f"keeps learning_rate={self.config.learning_rate}; set model.lr_schedule again after "
                           "loading", UserWarning, stacklevel=2)
+        unsaved = unsaved_kwargs(self.replay_buffer_kwargs)
+        if unsaved:
+            warnings.warn(f"replay_buffer_kwargs {', '.join(map(repr, unsaved))} hold code or objects (a function, "
+                          "in-memory demonstrations), which herl files never hold: the model loaded from the file goes "
+                          "without them (a compute_reward or compute_terminated: the env's own); pass them again on "
+                          "load with replay_buffer_kwargs=dict(...)", UserWarning, stacklevel=2)
         for name, class_name in self._assigned_optimizers.items():
             warnings.warn(f"model.policy.optimizer is an optimizer assigned by hand ({class_name}), which herl files "
                           f"never hold (it is code): the file keeps no {name!r} state, and the model loaded from it "

@@ -41,8 +41,10 @@ def replay_diagnostics(model: Any, batch_size: int = 1024) -> dict[str, float]:
     out = {"reward0_share": (batch.rewards == 0).float().mean()}
     obs = batch.observations
     if isinstance(obs, Mapping) and "achieved_goal" in obs:
-        change = (batch.next_observations["achieved_goal"] - obs["achieved_goal"]).abs().float()
-        out["goal_moves_share"] = (change.reshape(change.shape[0], -1).amax(dim=1) > 1e-3).float().mean()
+        before, after = obs["achieved_goal"], batch.next_observations["achieved_goal"]
+        # whole-number and boolean goals (torch has no `-` for booleans) move when they change at all
+        moves = (after - before).abs() > 1e-3 if before.is_floating_point() else after != before
+        out["goal_moves_share"] = moves.reshape(moves.shape[0], -1).any(dim=1).float().mean()
     moved = getattr(buffer, "goal_moved_share", None)
     if moved is not None:
         out["goal_moved_episodes"] = moved
