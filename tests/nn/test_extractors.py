@@ -277,3 +277,16 @@ def test_a_model_with_an_extractor_exports_to_onnx_and_predicts_the_same(tmp_pat
     feed = session.get_inputs()[0]
     (actions,) = session.run(None, {feed.name: obs.astype(np.uint8 if feed.type == "tensor(uint8)" else np.float32)})
     np.testing.assert_allclose(actions, model.predict(obs, deterministic=True)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_flatten_extractor_on_dict_observations_names_what_to_use():
+    """It failed with int(None) (a Dict space has no shape), in Python and as `herl train`'s message."""
+    from herl.nn.extractors import FlattenExtractor
+
+    space = gym.spaces.Dict({"observation": gym.spaces.Box(-1, 1, (3,)), "achieved_goal": gym.spaces.Box(-1, 1, (2,)),
+                             "desired_goal": gym.spaces.Box(-1, 1, (2,))})
+    with pytest.raises(ValueError, match=r"FlattenExtractor flattens one array, and the observations are dicts with "
+                                         r"the entries \['achieved_goal', 'desired_goal', 'observation'\]: leave "
+                                         r"features_extractor_class out .* or use CombinedExtractor"):
+        FlattenExtractor(space)
+    assert FlattenExtractor(gym.spaces.Box(-1, 1, (2, 3))).features_dim == 6

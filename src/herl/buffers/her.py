@@ -240,6 +240,7 @@ class HerReplayBuffer(ReplayBuffer):
         self._user_compute_reward = compute_reward
         self._user_compute_terminated = compute_terminated
         self._info_specs: dict[str, FieldSpec] = {}
+        self._goal_shape = tuple(observation_space["achieved_goal"].shape)  # () for a Discrete goal, stored as (1,)
         self._bind_goal_functions(env, compute_reward, compute_terminated)
         super().__init__(
             buffer_size, observation_space, action_space, device=device, n_envs=n_envs,
@@ -300,8 +301,16 @@ class HerReplayBuffer(ReplayBuffer):
                 "compute_reward) or compute_reward=fn(achieved_goal, desired_goal, info)"
             )
         terminated_fn = compute_terminated or env_goal_function(env, "compute_terminated")
-        self._compute_reward = bind_goal_function(reward_fn) if reward_fn is not None else None
-        self._compute_terminated = bind_goal_function(terminated_fn) if terminated_fn is not None else None
+        self._compute_reward = self._shaped(bind_goal_function(reward_fn)) if reward_fn is not None else None
+        self._compute_terminated = self._shaped(bind_goal_function(terminated_fn)) if terminated_fn is not None else None
+
+    def _shaped(self, call: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+        """``call`` given goals shaped ``(batch, *goal space's shape)``, as the docs and checks promise, where the
+        storage's shape differs: a Discrete goal (shape ()) is stored as (1,), and was passed as (batch, 1)."""
+        if self._goal_shape == ():
+            return lambda achieved, desired, info: call(achieved.reshape(len(achieved)), desired.reshape(len(desired)),
+                                                        info)
+        return call
 
     def _probe(self, *, at_construction: bool = False) -> None:
         """Check once that the goal functions are vectorized (SB3 users hit an opaque shape error).

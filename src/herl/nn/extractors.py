@@ -97,6 +97,11 @@ class FlattenExtractor(BaseFeaturesExtractor):
     """The observation flattened (SB3's ``FlattenExtractor``)."""
 
     def __init__(self, observation_space: spaces.Space) -> None:
+        if isinstance(observation_space, spaces.Dict):
+            raise ValueError(f"FlattenExtractor flattens one array, and the observations are dicts with the entries "
+                             f"{list(observation_space.spaces)}: leave features_extractor_class out (herl's networks "
+                             "read the entries flat), or use CombinedExtractor (one extractor per entry, as SB3's "
+                             "MultiInputPolicy)")
         super().__init__(observation_space, _flat_dim(observation_space))
         self.flatten = nn.Flatten()
 
