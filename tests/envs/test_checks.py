@@ -202,7 +202,7 @@ class RaisesOnInfo(PointReachEnv):
         (WrongThreshold, r"compute_reward disagrees with step at rollout step \d+"),
         (ReturnsRewardPerDimension, r"returned shape \(2,\) for a single pair of goals"),
         (RaisesOnInfo, r"raised KeyError.*info dict"),
-        (ReducesOverAxisOne, r"raised AxisError.*accept one pair of goals .*axis=-1, not axis=1"),
+        (ReducesOverAxisOne, r"raised AxisError.*accept one pair of goals .*axis=-1\), not axis=1"),
     ],
     ids=lambda value: value.__name__ if isinstance(value, type) else "",
 )
@@ -409,3 +409,74 @@ def test_the_batch_info_is_the_one_the_her_buffer_passes():
     assert sorted(checked.keys()) == sorted(stored.keys()) == ["is_success", "scale"]
     assert len(checked) == 2 and checked[1]["scale"] == 2.0
     assert all(checked[key].shape[1:] == stored[key].shape[1:] for key in checked.keys())
+
+
+class TwoAxisGoals(PointReachEnv):
+    """Goals of shape (2, 1) whose compute_reward reduces over the last axis only, as a guide for vector goals says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        goal = gym.spaces.Box(-1.0, 1.0, (2, 1), np.float32)
+        self.observation_space = gym.spaces.Dict({**self.observation_space.spaces, "achieved_goal": goal,
+                                                  "desired_goal": goal})
+
+    def _get_obs(self) -> dict[str, np.ndarray]:
+        observation = super()._get_obs()
+        return {**observation, "achieved_goal": observation["achieved_goal"].reshape(2, 1),
+                "desired_goal": observation["desired_goal"].reshape(2, 1)}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -(np.linalg.norm(achieved_goal - desired_goal, axis=-1) > self.distance_threshold).astype(np.float32)
+
+    def step(self, action: Any):
+        observation, _, terminated, truncated, info = super().step(action)
+        distance = np.linalg.norm(observation["achieved_goal"] - observation["desired_goal"])
+        return observation, -float(distance > self.distance_threshold), terminated, truncated, info
+
+
+def test_the_fix_for_goals_of_several_axes_reduces_over_all_of_them():
+    """The hint said axis=-1, the very mistake that makes a (2, 1) goal's reward one value per row of the goal."""
+    with pytest.raises(GoalEnvError, match=r"returned shape \(2,\) for a single pair of goals: .*e\.g\. "
+                                           r"np\.linalg\.norm\(achieved_goal - desired_goal, axis=\(-2, -1\)\) "
+                                           r"\(the goals have 2 axes\)"):
+        check_goal_env(seeded(TwoAxisGoals()), warn=False)
+
+
+class WithATimeEntry(PointReachEnv):
+    """A fourth entry, 'time', declared (1,); returned as ``shape`` (None: left out)."""
+
+    def __init__(self, shape: tuple[int, ...] | None) -> None:
+        super().__init__()
+        self.time_shape = shape
+        self.observation_space = gym.spaces.Dict({**self.observation_space.spaces,
+                                                  "time": gym.spaces.Box(0.0, 1.0, (1,), np.float32)})
+
+    def _get_obs(self) -> dict[str, np.ndarray]:
+        observation = super()._get_obs()
+        if self.time_shape is None:
+            return observation
+        return {**observation, "time": np.zeros(self.time_shape, np.float32)}
+
+
+@pytest.mark.parametrize("shape, match", [
+    ((2,), r"reset returned an observation whose time has shape \(2,\) where the env's observation_space says \(1,\)"),
+    (None, r"reset returned an observation without the entry 'time' that the env's observation_space declares"),
+], ids=["shape", "missing"])
+def test_every_declared_entry_is_checked_not_only_the_goal_keys(shape, match):
+    """Only the three goal keys were checked: such an env passed and failed in training, blamed on add()'s input."""
+    with pytest.raises(GoalEnvError, match=match):
+        check_goal_env(seeded(WithATimeEntry(shape)), warn=False)
+    check_goal_env(seeded(WithATimeEntry((1,))), warn=False)
+
+
+def test_a_nested_dict_entry_is_named():
+    env = WithATimeEntry((1,))
+    env.observation_space = gym.spaces.Dict({**env.observation_space.spaces,
+                                             "time": gym.spaces.Dict({"t": gym.spaces.Box(0.0, 1.0, (1,))})})
+    with pytest.raises(GoalEnvError, match=r"observation_space's entry 'time' is a Dict space; .*give its parts "
+                                           r"entries of their own"):
+        check_goal_env(seeded(env), warn=False)
+    from herl import SAC
+
+    with pytest.raises(TypeError, match=r"the observation's entry 'time' is Dict\('t': .*\), unsupported"):
+        SAC("MultiInputPolicy", None, observation_space=env.observation_space, action_space=env.action_space)

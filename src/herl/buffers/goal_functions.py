@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from herl.envs.goal_info import InfoBatch  # noqa: F401 (the buffers' name for it)
+from herl.envs.goal_info import reduction_hint
 
 GoalFunction = Callable[..., Any]
 
@@ -126,7 +127,7 @@ def probe_vectorized(
     desired = np.zeros((2, *goal_shape), dtype=goal_dtype)
     fix = (
         f"{what} must be vectorized: given achieved_goal and desired_goal shaped (batch, *goal_shape) it "
-        f"returns one value per row, e.g. reduce with np.linalg.norm(achieved_goal - desired_goal, axis=-1)"
+        f"returns one value per row, e.g. reduce with {reduction_hint(goal_shape)}"
     )
     try:
         result = np.asarray(call(achieved, desired, info))

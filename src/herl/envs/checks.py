@@ -15,7 +15,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from herl.envs.goal_info import InfoBatch, numeric_info_keys
+from herl.envs.goal_info import InfoBatch, numeric_info_keys, reduction_hint
 
 GOAL_ENV_KEYS = ("observation", "achieved_goal", "desired_goal")
 
@@ -67,6 +67,7 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True, *,
     compute_reward = _find_compute_reward(env)
 
     achieved, desired, infos, rewards = _rollout(env, n_steps=n_steps, warn=warn)
+    goal_shape = tuple(env.observation_space["achieved_goal"].shape)
 
     # 3. Single calls agree with step. This is what HER relies on: a relabeled reward for the original goal must be
     # the reward the agent actually received.
@@ -77,12 +78,13 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True, *,
             raise GoalEnvError(
                 f"compute_reward(achieved_goal, desired_goal, info) raised {type(error).__name__}: {error}. It must "
                 "accept one pair of goals as found in the observation (shaped like the goal space) as well as "
-                "batches (reduce over the last axis, axis=-1, not axis=1), and the step's info dict"
+                f"batches (reduce over the goal's axes counted from the end, e.g. {reduction_hint(goal_shape)}, "
+                "not axis=1), and the step's info dict"
             ) from error
         if recomputed.size != 1:
             raise GoalEnvError(
                 f"compute_reward returned shape {recomputed.shape} for a single pair of goals: it must return one "
-                "reward (shape ()) for one pair, e.g. reduce over the last axis with np.linalg.norm(..., axis=-1)"
+                f"reward (shape ()) for one pair, e.g. {reduction_hint(goal_shape)}"
             )
         if warn and index == 0 and not np.issubdtype(recomputed.dtype, np.floating):
             warnings.warn(
@@ -102,7 +104,7 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True, *,
     batch_achieved = np.stack([np.asarray(achieved_goal) for achieved_goal, _ in pairs])
     batch_desired = np.stack([np.asarray(desired_goal) for _, desired_goal in pairs])
     vectorize_hint = (
-        "it must be vectorized over the leading axis, e.g. use np.linalg.norm(achieved_goal - desired_goal, axis=-1) "
+        f"it must be vectorized over the leading axis, e.g. use {reduction_hint(goal_shape)} "
         "and no Python branching on the goals' values"
     )
     batch_info = _her_info(infos[:2])
@@ -199,6 +201,14 @@ def _check_spaces(observation_space: spaces.Space, *, warn: bool) -> None:
             f"observation_space lacks the key(s) {missing} (it has {list(observation_space.spaces)}): a goal env's "
             f"observation dict must have the keys {list(GOAL_ENV_KEYS)}"
         )
+    stored = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+    for key, space in observation_space.spaces.items():
+        if not isinstance(space, stored):
+            raise GoalEnvError(
+                f"observation_space's entry {key!r} is a {type(space).__name__} space; herl's buffers and networks "
+                "take entries that are arrays (Box, Discrete, MultiBinary, MultiDiscrete): give its parts entries of "
+                "their own, or flatten them into one Box"
+            )
     achieved, desired = observation_space["achieved_goal"], observation_space["desired_goal"]
     if achieved.shape != desired.shape:
         raise GoalEnvError(
@@ -246,10 +256,15 @@ def _outside(space: spaces.Space, value: Any) -> str | None:
 
 
 def _check_shapes(observation: dict[str, Any], observation_space: spaces.Dict, where: str) -> None:
-    """Raise :class:`GoalEnvError` if an entry of ``observation`` (returned by ``where``) has another shape than its
-    space declares: the buffer stores it in an array of the declared shape."""
-    for key in GOAL_ENV_KEYS:
-        declared, shape = observation_space[key].shape, np.shape(observation[key])
+    """Raise :class:`GoalEnvError` if ``observation`` (returned by ``where``) lacks an entry its space declares or
+    holds one of another shape: the buffer stores every entry in an array of the declared shape."""
+    for key, space in observation_space.spaces.items():
+        if key not in observation:
+            raise GoalEnvError(
+                f"{where} returned an observation without the entry {key!r} that the env's observation_space "
+                f"declares (it has {list(observation)}): return every declared entry, or leave {key!r} out of the space"
+            )
+        declared, shape = space.shape, np.shape(observation[key])
         if declared is not None and shape != declared:
             raise GoalEnvError(
                 f"{where} returned an observation whose {key} has shape {shape} where the env's observation_space "

@@ -72,3 +72,14 @@ def numeric_info_keys(infos: Any) -> list[str]:
         if array.dtype.kind in "biuf":
             keys.append(key)
     return keys
+
+
+def reduction_hint(goal_shape: tuple[int, ...]) -> str:
+    """How to reduce a pair of goals of ``goal_shape`` (one goal, or a batch of them) to one value per pair: over the
+    goal's own axes, counted from the end, so that the same code serves one pair and a batch."""
+    if len(goal_shape) <= 1:
+        return "np.linalg.norm(achieved_goal - desired_goal, axis=-1)"
+    axes = tuple(range(-len(goal_shape), 0))
+    if len(axes) == 2:
+        return f"np.linalg.norm(achieved_goal - desired_goal, axis={axes}) (the goals have {len(axes)} axes)"
+    return f"np.sqrt(((achieved_goal - desired_goal) ** 2).sum(axis={axes})) (the goals have {len(axes)} axes)"

@@ -40,12 +40,14 @@ def input_keys(observation_space: spaces.Space, chosen: Sequence[str] | None = N
     return chosen
 
 
-def _flat_size(space: spaces.Space) -> int:
+def _flat_size(space: spaces.Space, key: str) -> int:
     if isinstance(space, spaces.Discrete):
         return 1
     if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
         return int(np.prod(space.shape))
-    raise TypeError(f"unsupported observation space {space}: use Box, Discrete, MultiBinary or MultiDiscrete entries")
+    entry = f"the observation's entry {key!r} is" if key != "obs" else "the observation space is"
+    raise TypeError(f"{entry} {space}, unsupported: use Box, Discrete, MultiBinary or MultiDiscrete entries (give "
+                    "a nested dict's parts entries of their own)")
 
 
 class ObservationEncoder(nn.Module):
@@ -59,7 +61,7 @@ class ObservationEncoder(nn.Module):
         super().__init__()
         self.keys = input_keys(observation_space, keys)
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {"obs": observation_space}
-        self.dim = sum(_flat_size(subspaces[k]) for k in self.keys)
+        self.dim = sum(_flat_size(subspaces[k], k) for k in self.keys)
         self.dict_obs = isinstance(observation_space, spaces.Dict)
         self.normalizer = RunningNormalizer(self.dim, clip_range=clip_range) if normalize else None
 
