@@ -874,7 +874,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_env(args: argparse.Namespace) -> int:
-    from herl.envs import check_goal_env
+    import warnings
+
+    from herl.envs import GoalEnvError, check_goal_env
+    from herl.envs.checks import action_space_fix
     from herl.run.envs import make_env
 
     if _batched_id(args.env):
@@ -887,9 +890,14 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     def check() -> None:
         env.reset(seed=0)
         env.action_space.seed(0)
-        check_goal_env(env, n_steps=args.steps)
+        with warnings.catch_warnings():  # said below as a failure: herl train refuses such an env
+            warnings.filterwarnings("ignore", message="no herl algorithm takes")
+            check_goal_env(env, n_steps=args.steps)
         if limit is None:
             _check_episodes_end(env)
+        fix = action_space_fix(env.action_space)
+        if fix is not None:
+            raise GoalEnvError(f"HER could relabel it, but {fix}")
 
     try:
         if not _reported_check(check):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from herl import DDPG, SAC, TD3, TQC, CrossQ
+from herl import DDPG, DQN, SAC, TD3, TQC, CrossQ
 
 ALGORITHMS = [SAC, TD3, DDPG, TQC, CrossQ]
 
@@ -96,3 +96,13 @@ def test_a_box_of_whole_numbers_is_refused_naming_the_fix(model_class):
     env = gym.wrappers.TimeLimit(RecordingEnv(FLOAT32_OBS, spaces.Box(-1, 1, (2,), np.int64)), max_episode_steps=20)
     with pytest.raises(ActionSpaceError, match="holds whole numbers: give the env a float32 Box"):
         model_class("MlpPolicy", env)
+
+
+@pytest.mark.parametrize("algo", [DQN, SAC], ids=lambda a: a.__name__)
+def test_multi_discrete_actions_are_refused_with_the_discrete_space_to_give(algo):
+    from herl.errors import ActionSpaceError
+
+    obs_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    with pytest.raises(ActionSpaceError, match=r"no herl algorithm takes MultiDiscrete\(\[3 3 3\]\) actions: give the env "
+                                               r"a Discrete\(27\) action space"):
+        algo("MlpPolicy", None, observation_space=obs_space, action_space=spaces.MultiDiscrete([3, 3, 3]))

@@ -169,3 +169,24 @@ def test_an_env_that_raises_later_in_training_keeps_its_traceback_and_says_where
     monkeypatch.delenv("HERL_TEST_FLAKY")
     assert herl("train", "--resume", run / "seed_0") == 0
     assert (run / "seed_0" / "model.zip").is_file()
+
+
+def test_an_action_space_no_algorithm_takes_fails_check_env_and_train_names_the_fix(
+        env_module, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """check-env said 'can be trained with HER', then herl train refused with another algorithm's complaint."""
+    env_module("herl_msg_multi", (
+        "import gymnasium as gym\nimport numpy as np\nfrom herl.envs import BitFlippingEnv\n\n"
+        "class MultiBits(BitFlippingEnv):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(n_bits=3, max_steps=3)\n"
+        "        self.action_space = gym.spaces.MultiBinary(3)\n\n"
+        "    def step(self, action):\n"
+        "        return super().step(int(np.flatnonzero(action)[0]) if np.any(action) else 0)\n\n"
+        "gym.register('HerlMsgMulti-v0', entry_point=MultiBits)\n"))
+    fix = ("no herl algorithm takes MultiBinary(3) actions: give the env a Discrete(8) action space (one action per "
+           "combination) for DQN, or a Box one for SAC, TD3, DDPG, TQC or CrossQ")
+    assert herl("check-env", "herl_msg_multi:HerlMsgMulti-v0") == 1
+    assert f"FAIL: HER could relabel it, but {fix}" in capsys.readouterr().out
+    assert herl("train", "--env", "herl_msg_multi:HerlMsgMulti-v0", *TINY_SAC, "--run-dir", tmp_path / "run") == 2
+    assert f"herl train: error: herl_msg_multi:HerlMsgMulti-v0: {fix}" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

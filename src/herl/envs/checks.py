@@ -64,6 +64,9 @@ def check_goal_env(env: gymnasium.Env, n_steps: int = 50, warn: bool = True, *,
         raise GoalEnvError("check_goal_env takes a single env, got a vector env: check one of its sub-envs instead")
 
     _check_spaces(env.observation_space, warn=warn)
+    fix = action_space_fix(env.action_space)
+    if warn and fix is not None:
+        warnings.warn(f"{fix} (HER itself takes any action space)", GoalEnvWarning, stacklevel=2)
     compute_reward = _find_compute_reward(env)
 
     achieved, desired, infos, rewards = _rollout(env, n_steps=n_steps, warn=warn)
@@ -233,6 +236,22 @@ def _check_spaces(observation_space: spaces.Space, *, warn: bool) -> None:
             GoalEnvWarning,
             stacklevel=3,
         )
+
+
+def action_space_fix(action_space: spaces.Space) -> str | None:
+    """What to do with an action space no herl algorithm takes (DQN takes Discrete, the others Box), or None."""
+    if isinstance(action_space, (spaces.Discrete, spaces.Box)):
+        return None
+    if isinstance(action_space, spaces.MultiDiscrete):
+        combinations = int(np.prod(action_space.nvec, dtype=np.int64))
+        return (f"no herl algorithm takes {action_space} actions: give the env a Discrete({combinations}) action space "
+                "(one action per combination) for DQN, or a Box one for SAC, TD3, DDPG, TQC or CrossQ")
+    if isinstance(action_space, spaces.MultiBinary):
+        combinations = 2 ** int(np.prod(action_space.shape))
+        return (f"no herl algorithm takes {action_space} actions: give the env a Discrete({combinations}) action space "
+                "(one action per combination) for DQN, or a Box one for SAC, TD3, DDPG, TQC or CrossQ")
+    return (f"no herl algorithm takes {type(action_space).__name__} actions: give the env a Discrete action space for "
+            "DQN, or a Box one for SAC, TD3, DDPG, TQC or CrossQ")
 
 
 def _bounds(space: spaces.Box) -> str:

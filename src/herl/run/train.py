@@ -137,6 +137,11 @@ def check_algorithm_fits(algo: str, env_id: str, action_space: Any) -> None:
     """DQN needs discrete actions, the others continuous ones: say which to use instead."""
     from gymnasium import spaces
 
+    from herl.envs.checks import action_space_fix
+
+    fix = action_space_fix(action_space)
+    if fix is not None:
+        raise CLIError(f"{env_id}: {fix}")
     discrete = isinstance(action_space, spaces.Discrete)
     if algo == "dqn" and not discrete:
         raise CLIError(f"dqn needs a Discrete action space; {env_id}'s is {action_space}: use --algo sac, tqc, crossq, td3 or ddpg")

@@ -38,6 +38,7 @@ from torch import nn
 
 from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
+from herl.envs.checks import action_space_fix
 from herl.errors import (BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ActionSpaceError, ConfigError, EnvMismatchError,
                          NonFiniteError, as_integer, check, did_you_mean, integer)
 from herl.nn.acting import ActingNetwork
@@ -712,8 +713,10 @@ class OffPolicyAlgorithm:
     def _check_spaces(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         if not isinstance(action_space, self.action_space_types):
             names = " or ".join(t.__name__ for t in self.action_space_types)
+            fix = action_space_fix(action_space)
             hint = (": use DQN for Discrete actions" if isinstance(action_space, spaces.Discrete) else
-                    ": use SAC, TD3, DDPG, TQC or CrossQ for Box actions" if isinstance(action_space, spaces.Box) else "")
+                    ": use SAC, TD3, DDPG, TQC or CrossQ for Box actions" if isinstance(action_space, spaces.Box) else
+                    f"; {fix}")
             raise ActionSpaceError(f"{type(self).__name__} needs a {names} action space, got {action_space}{hint}")
         if isinstance(action_space, spaces.Box) and not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ActionSpaceError(f"{type(self).__name__} needs a bounded Box action space (finite low and high), got "
