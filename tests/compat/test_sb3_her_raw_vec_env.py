@@ -44,6 +44,9 @@ class LineEnv(gym.Env):
     def compute_reward(self, achieved_goal, desired_goal, info):
         return np.where(np.abs(achieved_goal - desired_goal).sum(-1) < 0.5, 0.0, -1.0).astype(np.float32)
 
+    def compute_terminated(self, achieved_goal, desired_goal, info):  # it ends on success
+        return np.abs(achieved_goal - desired_goal).sum(-1) < 0.5
+
 
 def point_env():
     return gym.make("herl/PointReach-v0", max_episode_steps=5)

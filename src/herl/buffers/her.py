@@ -263,6 +263,7 @@ class HerReplayBuffer(ReplayBuffer):
             self._on_episode_end = self._check_first_episode
         self._probe_done = False
         self._warned_small_store = False
+        self._termination_checks_left = 20  # episodes whose termination is still checked (see _check_termination)
         if not self.copy_info_dict:  # with info entries, probe once their shapes are known (first add)
             self._probe(at_construction=True)
         self.demo_storage: EpisodeStorage | None = None
@@ -393,8 +394,43 @@ class HerReplayBuffer(ReplayBuffer):
             reached = storage.next_states["achieved_goal"][final_next, env_idx]
             change = to_numpy(reached).astype(np.float64) - to_numpy(storage.states["achieved_goal"][start, env_idx])
             self._goal_moved.append(bool(np.abs(change).max() > GOAL_MOVED))
+            if self._termination_checks_left > 0:
+                self._check_termination(storage.flat_index(np.array([final]), np.array([env_idx])))
             if not self.online_sampling:
                 self._relabel_episode(env_idx)
+
+    def _check_termination(self, flat: np.ndarray) -> None:
+        """Warn once if an ended episode's last step says the termination HER recomputes for relabeled goals is
+        wrong: a step that terminated where no ``compute_terminated`` exists (relabeled transitions keep the stored
+        flag, so a goal reached under relabeling bootstraps on), or a ``compute_terminated`` that disagrees with the
+        step's own flag for the real goal. A stored flag is read at every episode's end until a warning; a
+        ``compute_terminated`` is called on the first 20 episodes only."""
+        from herl.envs.checks import GoalEnvWarning
+
+        rows = GatheredRows(self.storage, flat)
+        terminated = bool(to_numpy(rows.transition("terminated"))[0])
+        if self._compute_terminated is None:
+            if terminated and self.n_sampled_goal > 0:
+                self._termination_checks_left = 0
+                warnings.warn(
+                    "an episode ended with terminated=True, and there is no compute_terminated: if the env ends its "
+                    "episodes on success, relabeled transitions that reach their new goal are not terminal (they keep "
+                    "the stored flag), so the critic bootstraps past them. Give the env a vectorized "
+                    "compute_terminated(achieved_goal, desired_goal, info), or pass one in replay_buffer_kwargs "
+                    "(compute_terminated=...); if it ends episodes for other reasons (a failure), this is expected",
+                    GoalEnvWarning, stacklevel=5)
+            return
+        self._termination_checks_left -= 1
+        achieved, desired = to_numpy(rows.next_state("achieved_goal")), to_numpy(rows.state("desired_goal"))
+        recomputed = goal_function_values(self._compute_terminated(achieved, desired, self._reward_info(rows, slice(None))),
+                                          1, "compute_terminated")
+        if bool(recomputed[0]) != terminated:
+            self._termination_checks_left = 0
+            warnings.warn(
+                f"compute_terminated disagrees with step on an episode's last step: step returned terminated="
+                f"{terminated} but compute_terminated(achieved_goal, desired_goal, info) returns {bool(recomputed[0])}. "
+                "HER recomputes the termination of relabeled transitions with it, so both must tell the same (a "
+                "step that ends on success returns compute_terminated's value)", GoalEnvWarning, stacklevel=5)
 
     @property
     def goal_moved_share(self) -> float | None:
