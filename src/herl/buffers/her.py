@@ -81,6 +81,26 @@ def drop_removed_options(settings: Mapping[str, Any], source: str, prefix: str =
     return {key: value for key, value in settings.items() if key not in removed}
 
 
+def _warn_if_next_step_autoreset(env: Any) -> None:
+    """A gymnasium vector env in NEXT_STEP autoreset mode (its default): the step after an episode's end returns the
+    reset observation with no action taken, a transition that must not be stored. The buffer cannot tell it from a
+    real one, so it says so once, where the env is given."""
+    from gymnasium.vector import AutoresetMode, VectorEnv
+
+    if not isinstance(env, VectorEnv):
+        return
+    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if mode in (AutoresetMode.NEXT_STEP, AutoresetMode.NEXT_STEP.value):
+        from herl.envs.checks import GoalEnvWarning
+
+        warnings.warn(
+            "this vector env autoresets in NEXT_STEP mode (gymnasium's default): the step after an episode's end "
+            "returns the next episode's reset observation with no action taken, and HER would relabel across "
+            "that step if it were added. Create the env with autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP "
+            "(and store infos['final_obs'][i] as the next_obs of an env whose episode ended), or skip that step "
+            "for each env whose previous step ended its episode", GoalEnvWarning, stacklevel=3)
+
+
 def check_goal_space(observation_space: spaces.Space) -> None:
     """A HER buffer needs Dict observations with the three goal-env keys and matching goal shapes."""
     if not isinstance(observation_space, spaces.Dict):
@@ -226,6 +246,7 @@ class HerReplayBuffer(ReplayBuffer):
         if unknown:
             raise ValueError(f"unknown reward_context field(s) {unknown}: choose from {sorted(known)}")
         self.env = env
+        _warn_if_next_step_autoreset(env)
         self.max_episode_length = max_episode_length or _time_limit(env) or DEFAULT_MAX_EPISODE_LENGTH
         known_length = None if max_episode_length else _time_limit(env)  # the env's own limit: episodes reach it
         if self.online_sampling and known_length:
@@ -352,6 +373,7 @@ class HerReplayBuffer(ReplayBuffer):
     def set_env(self, env: Any) -> None:
         """Use ``env``'s goal functions from now on (explicit compute_reward/compute_terminated still win)."""
         self.env = env
+        _warn_if_next_step_autoreset(env)
         self._bind_goal_functions(env, self._user_compute_reward, self._user_compute_terminated)
         self._probe_done = False
         self._probe(at_construction=True)
@@ -922,6 +944,18 @@ def _time_limit(env: Any) -> int | None:
 
 def _info_values(infos: Any, key: str, n_envs: int) -> np.ndarray:
     if isinstance(infos, Mapping):  # gymnasium vector env: arrays over envs
+        # in SAME_STEP autoreset mode, an env whose episode ended has its last step's info in infos["final_info"]
+        # (masked by "_final_info"); the top level holds its reset's info
+        final, ended = infos.get("final_info"), infos.get("_final_info")
+        ended = np.asarray(ended, dtype=bool).reshape(-1) if isinstance(final, Mapping) and ended is not None else None
+        if ended is not None and ended.any() and key in final:
+            last = np.asarray(final[key])
+            if key not in infos and ended.all():
+                return last.reshape(n_envs, *last.shape[1:])
+            if key in infos:
+                values = np.array(infos[key]).reshape(n_envs, *np.shape(infos[key])[1:])
+                values[ended] = last.reshape(n_envs, *last.shape[1:])[ended]
+                return values
         if key not in infos:
             raise ValueError(f"info key {key!r} is missing at this step: every step's info must carry the info_keys")
         return np.asarray(infos[key]).reshape(n_envs, *np.shape(infos[key])[1:])
