@@ -81,6 +81,22 @@ def drop_removed_options(settings: Mapping[str, Any], source: str, prefix: str =
     return {key: value for key, value in settings.items() if key not in removed}
 
 
+SB3_HOOKS = ("_sample_goals", "_get_virtual_samples", "_get_real_samples", "_get_samples")
+"""Stable-Baselines3's HerReplayBuffer internals, which herl's never calls."""
+
+
+def _refuse_sb3_hooks(cls: type) -> None:
+    """A subclass written for SB3's HerReplayBuffer overrides methods herl never calls: it would train as if they
+    were not there (or, for ``_sample_goals``, be called with other arguments). Say what to override instead."""
+    overridden = sorted({name for klass in cls.__mro__ if klass.__module__.split(".")[0] != "herl"
+                         for name in SB3_HOOKS if name in vars(klass)})
+    if overridden:
+        raise TypeError(
+            f"{cls.__name__} overrides {', '.join(overridden)}, Stable-Baselines3's HerReplayBuffer internals, which "
+            "herl's HerReplayBuffer never calls: override goal_steps(steps, lengths) for a goal selection strategy "
+            "of your own, or sample(batch_size, env) for the whole batch (docs/buffers.md)")
+
+
 def _warn_if_next_step_autoreset(env: Any) -> None:
     """A gymnasium vector env in NEXT_STEP autoreset mode (its default): the step after an episode's end returns the
     reset observation with no action taken, a transition that must not be stored. The buffer cannot tell it from a
@@ -218,6 +234,7 @@ class HerReplayBuffer(ReplayBuffer):
         gamma: float = 0.99,
     ) -> None:
         env = _sb3_1x_arguments(buffer_size, env, wrapped_env, env_info)
+        _refuse_sb3_hooks(type(self))
         owner = type(self).__name__  # herl's rules, not int(): int(nan) named no argument, int(None) a TypeError
         buffer_size = as_integer(owner, "buffer_size", buffer_size)
         n_envs = as_integer(owner, "n_envs", n_envs)
@@ -733,7 +750,7 @@ class HerReplayBuffer(ReplayBuffer):
         """Give ``rows`` of ``batch`` (stored at ``flat``) new goals and recompute what depends on the goal, in place."""
         if not self._probe_done:
             self._probe()
-        goals = self._sample_goals(storage, flat)
+        goals = self._hindsight_goals(storage, flat)
         batch.state("desired_goal")[rows] = goals
         batch.next_state("desired_goal")[rows] = goals
         achieved = batch.next_state("achieved_goal")[rows]
@@ -763,7 +780,7 @@ class HerReplayBuffer(ReplayBuffer):
                 info[name] = to_numpy(batch.state(name)[rows])
         return InfoBatch(info, len(batch.next_state("achieved_goal")[rows]))
 
-    def _sample_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
+    def _hindsight_goals(self, storage: EpisodeStorage, flat: np.ndarray) -> np.ndarray:
         """Goals to relabel the transitions at ``flat`` with (copies, never views of storage): the strategy's
         achieved goals, the last ``desired_goal_share`` of them (a binomial count; rows are i.i.d.) desired goals
         of other stored transitions."""
@@ -790,12 +807,34 @@ class HerReplayBuffer(ReplayBuffer):
             source = source_store.sample_flat(len(flat), self.rng, complete_only=complete_only, uniform=True)
             return source_store.next_state("achieved_goal", source)
         offsets, lengths = storage.episode_position(flat)
+        if type(self).goal_steps is HerReplayBuffer.goal_steps:
+            chosen = self.goal_steps(offsets, lengths)
+        else:  # a strategy of the user's: its steps checked before they index the storage
+            chosen = np.asarray(self.goal_steps(offsets.copy(), lengths.copy()))
+            if chosen.shape != offsets.shape or chosen.dtype.kind not in "iu" or np.any(chosen < 0) or np.any(
+                    chosen >= lengths):
+                raise ValueError(
+                    f"{type(self).__name__}.goal_steps must return one whole number per transition, each within its "
+                    f"episode (0 <= step < length): got {chosen.dtype} values of shape {chosen.shape} for "
+                    f"{len(offsets)} transitions" + ("" if chosen.shape != offsets.shape or chosen.dtype.kind not in
+                                                     "iu" else f", from {chosen.min()} to {chosen.max()}"))
+        return storage.next_state("achieved_goal", storage.shift(flat, chosen - offsets))
+
+    def goal_steps(self, steps: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """For transitions at step ``steps[i]`` (0-based) of stored episodes of ``lengths[i]`` steps (so far, for
+        an episode still running), the step
+        ``j`` (``0 <= j < lengths[i]``) whose outcome, the achieved goal after step ``j``, relabels each: the goal
+        selection strategy's rule (``future``: uniform over ``steps[i] .. lengths[i] - 1``, the transition's own
+        outcome included; ``final``: the last; ``episode``: uniform over the episode). Not called for ``random``.
+
+        A subclass overrides it for a strategy of its own (online and offline relabeling, n-step returns and
+        prioritized replay all go through it), drawing from ``self.rng`` so that a seed repeats it; the steps it
+        returns are checked before they are used."""
+        strategy = self.relabel_mix.strategy
         if strategy is GoalSelectionStrategy.FUTURE:
             # sample_goal_offsets' draw, as steps ahead of each transition: floor(u * (L - t)) rows further
-            ahead = (self.rng.random(len(flat)) * (lengths - offsets)).astype(np.int64)
-        else:
-            ahead = sample_goal_offsets(strategy, offsets, lengths, self.rng) - offsets
-        return storage.next_state("achieved_goal", storage.shift(flat, ahead))
+            return steps + (self.rng.random(len(steps)) * (lengths - steps)).astype(np.int64)
+        return sample_goal_offsets(strategy, steps, lengths, self.rng)
 
     def sample(self, batch_size: int, env: Any = None, *, beta: float | None = None) -> DictReplayBufferSamples:
         """Draw ``batch_size`` transitions, a fraction k/(k+1) of them with hindsight goals.
