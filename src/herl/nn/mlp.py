@@ -37,7 +37,10 @@ AUTO_PRECISION = "auto"
 """The ``precision`` setting that picks bfloat16 where this machine multiplies in it natively, else float32
 (:func:`resolve_precision`)."""
 
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU,
+               "silu": nn.SiLU, "mish": nn.Mish, "softplus": nn.Softplus, "sigmoid": nn.Sigmoid, "selu": nn.SELU,
+               "relu6": nn.ReLU6}
+"""Activations by the name files and --set give them: each a module with no arguments (SB3 users pass the class)."""
 
 
 def activation_class(name_or_class: str | type[nn.Module]) -> type[nn.Module]:
