@@ -126,3 +126,17 @@ def test_numpy_typed_settings_are_kept_and_code_is_named_at_save(tmp_path: Path)
                                             "goal_selection_strategy": "final", "info_keys": ["is_success"]}
     loaded = DQN.load(tmp_path / "model.zip", env=bits(), replay_buffer_kwargs=dict(compute_reward=dense))
     assert loaded.replay_buffer.n_sampled_goal == 8 and loaded.replay_buffer.desired_goal_share == 0.5
+
+
+def test_a_subclass_s_own_settings_come_back_with_the_models_buffer(user_module, tmp_path: Path) -> None:
+    """The buffer file keeps herl's settings; load_replay_buffer built the subclass with its own at their defaults
+    (window 3 where the model's was 1), silently. Now the model's are passed, and load takes them too."""
+    model = trained(user_module, tmp_path / "model.zip")
+    model.save_replay_buffer(tmp_path / "buffer.zip")
+    loaded = DQN.load(tmp_path / "model.zip", env=bits())
+    loaded.load_replay_buffer(tmp_path / "buffer.zip")
+    assert type(loaded.replay_buffer) is user_module and loaded.replay_buffer.window == 1
+    assert user_module.load(tmp_path / "buffer.zip", env=bits(), window=2).window == 2
+    with pytest.raises(ValueError, match=r"buffer\.zip keeps \['n_sampled_goal'\] itself: load takes only settings the "
+                                         r"file does not keep"):
+        user_module.load(tmp_path / "buffer.zip", env=bits(), n_sampled_goal=3)

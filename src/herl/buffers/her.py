@@ -31,7 +31,7 @@ from herl.buffers.goal_functions import (
     is_remote_goal_env,
     probe_vectorized,
 )
-from herl.buffers.replay import ReplayBuffer, _file_errors
+from herl.buffers.replay import ReplayBuffer, _file_errors, own_settings
 from herl.buffers.samples import DictReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, to_numpy
 from herl.buffers.strategies import (
@@ -901,9 +901,11 @@ class HerReplayBuffer(ReplayBuffer):
         compute_terminated: Callable | None = None,
         device: torch.device | str = "auto",
         seed: int | None = None,
+        **settings: Any,
     ) -> HerReplayBuffer:
         """Read a buffer saved by :meth:`save`. Reward functions are code, so they are not in the file:
-        pass ``env`` or ``compute_reward`` again."""
+        pass ``env`` or ``compute_reward`` again. ``settings``: a subclass's own constructor settings, which the file
+        (herl's settings only) does not keep."""
         meta, arrays, obs_space, act_space = cls._read(path)
         with _file_errors(path):
             config = dict(meta["config"])
@@ -911,6 +913,7 @@ class HerReplayBuffer(ReplayBuffer):
             buffer = cls(
                 observation_space=obs_space, action_space=act_space, env=env, device=device,
                 compute_reward=compute_reward, compute_terminated=compute_terminated, **config,
+                **own_settings(path, config, settings),
             )
             if demo_rows:  # the demonstrations are in the file: no dataset is read
                 buffer.demo_storage = buffer._demo_store(demo_rows)

@@ -794,14 +794,35 @@ class ReplayBuffer:
             self.seed = seed
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, device: torch.device | str = "auto", seed: int | None = None) -> ReplayBuffer:
-        """Read a buffer saved by :meth:`save`. ``seed`` reseeds sampling; by default it continues as saved."""
+    def load(cls, path: str | os.PathLike, *, device: torch.device | str = "auto", seed: int | None = None,
+             **settings: Any) -> ReplayBuffer:
+        """Read a buffer saved by :meth:`save`. ``seed`` reseeds sampling; by default it continues as saved.
+        ``settings``: a subclass's own constructor settings, which the file (herl's settings only) does not keep."""
         meta, arrays, obs_space, act_space = cls._read(path)
         klass = NStepReplayBuffer if meta["class"] == "NStepReplayBuffer" else cls
         with _file_errors(path):
-            buffer = klass(observation_space=obs_space, action_space=act_space, device=device, **meta["config"])
+            buffer = klass(observation_space=obs_space, action_space=act_space, device=device,
+                           **meta["config"], **own_settings(path, meta["config"], settings))
             buffer._restore(meta, arrays, seed)
         return buffer
+
+
+def own_settings(path: Any, config: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` given to ``load`` beside a file's ``config``: a subclass's own, which the file does not keep; one
+    the file keeps is refused (the file's value is the buffer's)."""
+    kept = sorted(set(settings) & set(config))
+    if kept:
+        raise ValueError(f"{path} keeps {kept} itself: load takes only settings the file does not keep (a subclass's "
+                         "own constructor settings)")
+    return dict(settings)
+
+
+def herl_settings(cls: type) -> frozenset[str]:
+    """The constructor settings of the herl buffer class ``cls`` derives from (a subclass's own are the others)."""
+    import inspect
+
+    base = next(klass for klass in cls.__mro__ if klass.__module__.split(".")[0] == "herl")
+    return frozenset(inspect.signature(base.__init__).parameters)
 
 
 class NStepReplayBuffer(ReplayBuffer):

@@ -38,6 +38,7 @@ from torch import nn
 
 from herl.algorithms.bc import check_demonstrations
 from herl.buffers import HerReplayBuffer, NStepReplayBuffer, ReplayBuffer
+from herl.buffers.replay import herl_settings
 from herl.envs.checks import action_space_fix
 from herl.errors import (BOOL, NON_NEGATIVE_INT, POSITIVE_INT, ActionSpaceError, ConfigError, EnvMismatchError,
                          NonFiniteError, as_integer, check, did_you_mean, integer)
@@ -1173,12 +1174,14 @@ class OffPolicyAlgorithm:
         model's env, and the ``compute_reward`` / ``compute_terminated`` of its ``replay_buffer_kwargs``
         (functions are code, never stored in the file)."""
         buffer_class = self.replay_buffer_class
+        # a subclass's own settings (the file keeps herl's): the model's, as its buffer was built with them
+        own = {k: v for k, v in self.replay_buffer_kwargs.items() if k not in herl_settings(buffer_class)}
         if issubclass(buffer_class, HerReplayBuffer):
             functions = {k: self.replay_buffer_kwargs[k] for k in ("compute_reward", "compute_terminated")
                          if self.replay_buffer_kwargs.get(k) is not None}
-            buffer = buffer_class.load(path, env=self._raw_env, device=self.device, **functions)
+            buffer = buffer_class.load(path, env=self._raw_env, device=self.device, **functions, **own)
         else:
-            buffer = buffer_class.load(path, device=self.device)
+            buffer = buffer_class.load(path, device=self.device, **own)
         if buffer.observation_space != self.observation_space or buffer.action_space != self.action_space:
             raise ValueError("the saved replay buffer's spaces differ from the model's")
         if truncate_last_traj and isinstance(buffer, HerReplayBuffer):
