@@ -190,3 +190,19 @@ def test_an_action_space_no_algorithm_takes_fails_check_env_and_train_names_the_
     assert herl("train", "--env", "herl_msg_multi:HerlMsgMulti-v0", *TINY_SAC, "--run-dir", tmp_path / "run") == 2
     assert f"herl train: error: herl_msg_multi:HerlMsgMulti-v0: {fix}" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_nested_dict_observation_is_named_without_suggesting_no_her(
+        env_module, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env_module("herl_msg_nested", REACH + (
+        "class Nested(PointReachEnv):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        inner = gym.spaces.Dict({'t': gym.spaces.Box(0.0, 1.0, (1,), np.float32)})\n"
+        "        self.observation_space = gym.spaces.Dict({**self.observation_space.spaces, 'extra': inner})\n\n"
+        "    def _get_obs(self):\n"
+        "        return {**super()._get_obs(), 'extra': {'t': np.zeros(1, np.float32)}}\n\n"
+        "gym.register('HerlMsgNested-v0', entry_point=Nested, max_episode_steps=20)\n"))
+    assert herl("train", "--env", "herl_msg_nested:HerlMsgNested-v0", *TINY_SAC, "--run-dir", tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert "observation_space's entry 'extra' is a Dict space" in err and "--no-her" not in err

@@ -21,7 +21,12 @@ GOAL_ENV_KEYS = ("observation", "achieved_goal", "desired_goal")
 
 
 class GoalEnvError(ValueError):
-    """An environment cannot be used with HER as it is; the message says what to change."""
+    """An environment cannot be used with HER as it is; the message says what to change. ``without_her``: whether
+    herl's algorithms could train it without HER (False where its observations are of a form none takes)."""
+
+    def __init__(self, message: str = "", *, without_her: bool = True) -> None:
+        super().__init__(message)
+        self.without_her = without_her
 
 
 class GoalEnvWarning(UserWarning):
@@ -210,7 +215,7 @@ def _check_spaces(observation_space: spaces.Space, *, warn: bool) -> None:
             raise GoalEnvError(
                 f"observation_space's entry {key!r} is a {type(space).__name__} space; herl's buffers and networks "
                 "take entries that are arrays (Box, Discrete, MultiBinary, MultiDiscrete): give its parts entries of "
-                "their own, or flatten them into one Box"
+                "their own, or flatten them into one Box", without_her=False
             )
     achieved, desired = observation_space["achieved_goal"], observation_space["desired_goal"]
     if achieved.shape != desired.shape:

@@ -407,7 +407,8 @@ def check_her_env(env_id: str, env_kwargs: dict[str, Any] | None = None, copy_in
     except GoalEnvError as err:
         if is_goal_env(env):
             advice = (f"Fix what it names (`herl check-env {env_id}` runs the full check; docs/envs.md says what HER "
-                      "needs); only as a last resort train it without HER (--no-her), which gives up the relabeled goals")
+                      "needs)" + ("; only as a last resort train it without HER (--no-her), which gives up the "
+                                  "relabeled goals" if err.without_her else ""))
         else:
             advice = ("Train it without HER (--no-her), or make it a goal env (see docs/envs.md; `herl check-env ID` "
                       "runs the full check)")
