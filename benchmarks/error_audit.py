@@ -349,15 +349,28 @@ class Fixtures:
 
     def sweep(self, tmp: Path, *search: str) -> Path:
         """A sweep folder as ``herl sweep`` leaves it before its trials start (sweep.json, trials.json): two seeds, or
-        two trials of ``search``. Made without Ray: the sweep is pointed at an address nobody listens at."""
+        two trials of ``search``. Made without Ray: ``herl sweep`` runs in this process with Ray's session and Tune's
+        run replaced by nothing (an unreachable address no longer leaves a folder behind)."""
         def build(search: tuple[str, ...]) -> Path:
+            import contextlib
+            from unittest import mock
+
+            from herl.cli import main
+            from herl.distributed import sweep as sweep_module
+            from herl.distributed import tuner
+
             folder = self.folders.mktemp("sweep")
             what = [x for s in search for x in ("--search", s)] + ["--trials", "2"] if search else ["--seeds", "2"]
-            done = herl("sweep", "--env", "herl/BitFlipping-v0", "--set", "env.n_bits=4", "--timesteps", "200",
-                        "--set", "eval.freq=100", "--set", "eval.episodes=5", "--set", "learning_starts=50",
-                        "--set", "policy.net_arch=[16]", "--set", "batch_size=16", *what,
-                        "--sweep-dir", folder / "sweep", "--address", "127.0.0.1:1", cwd=folder)
-            assert (folder / "sweep" / "sweep.json").exists(), done.err
+            args = ["sweep", "--env", "herl/BitFlipping-v0", "--set", "env.n_bits=4", "--timesteps", "200",
+                    "--set", "eval.freq=100", "--set", "eval.episodes=5", "--set", "learning_starts=50",
+                    "--set", "policy.net_arch=[16]", "--set", "batch_size=16", *what,
+                    "--sweep-dir", str(folder / "sweep")]
+            with mock.patch.object(sweep_module, "ray_session", lambda *a, **k: contextlib.nullcontext()), \
+                    mock.patch.object(tuner, "fit", lambda *a, **k: None), \
+                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                with contextlib.suppress(Exception, SystemExit):  # the summary of a sweep with no trial run
+                    main(args)
+            assert (folder / "sweep" / "sweep.json").exists() and (folder / "sweep" / "trials.json").exists()
             return folder / "sweep"
         source = self._once(f"sweep{search}", lambda: build(search))
         shutil.copytree(source, tmp / "sweep")
@@ -1711,10 +1724,10 @@ def _(tmp: Path) -> Outcome:
 
     header = json.loads(zipfile.ZipFile(latest_checkpoint(run).path / "replay_buffer.zip").read("meta.json"))
     stored = header["config"]["buffer_size"]
-    notes = json.loads((run / "summary.json").read_text())["notes"]
+    notes = [note for note in json.loads((run / "summary.json").read_text())["notes"] if "buffer_size" in note]
     if size != 1_000_000 or stored != 1_000_000:
         return fail(f"buffer_size became {size} in config.json, {stored} in the buffer")
-    return clear("kept, no note") if not notes else weak(f"kept, but a note: {notes}")
+    return clear("kept, no note on it") if not notes else weak(f"kept, but a note: {notes}")
 
 
 @B("herl plot --label A B (labels after one flag)")
