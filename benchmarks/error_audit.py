@@ -56,6 +56,12 @@ every phrase of it becomes one or more concrete cases:
   without --env, --resume with start-only flags or of no run, the wrong class, a newer format, a foreign zip, an eval
   video into a missing folder, ent_coef and misspelt keyword arguments).
 
+C001-C008 (8): what two later audits found (a researcher building on herl as a library; users' own goal envs of
+unusual forms), each a silent wrong result or a misleading error before its fix: a buffer subclass's model loaded
+where its module is not imported, prioritized replay for SAC, NumPy-typed buffer settings in a file, a reward that
+reads a string info entry, boolean goals, a Discrete goal's shape, MultiDiscrete actions at check-env, an env that
+ends on success without compute_terminated.
+
 Each case runs in a folder of its own under a temporary folder (command-line cases as ``python -m herl`` subprocesses)
 with small budgets (BitFlipping, PointReach, a few hundred steps). The files are built with the test suite's own helpers
 (tests/io, tests/demos, tests/training, tests/distributed), so the audit and the tests try the same files.
@@ -2038,6 +2044,165 @@ def _(tmp: Path) -> Outcome:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# C: the faults two later audits found (a researcher building on herl as a library; users' own goal envs of unusual
+# forms), each a silent wrong result or a misleading error before its fix
+
+
+def _bits(n_bits: int = 4) -> Any:
+    from gymnasium.wrappers import TimeLimit
+
+    from herl.envs import BitFlippingEnv
+
+    return TimeLimit(BitFlippingEnv(n_bits=n_bits), n_bits)
+
+
+C = _adder("C", 3)
+
+
+@C("a model trained with a HerReplayBuffer subclass, loaded with an env where its module is not imported")
+def _(tmp: Path) -> Outcome:
+    import types
+
+    from herl import DQN, HerReplayBuffer
+
+    module = types.ModuleType("audit_buffers")
+    Sub = type("Sub", (HerReplayBuffer,), {"__module__": "audit_buffers"})
+    module.Sub = Sub
+    sys.modules["audit_buffers"] = module
+    try:
+        DQN("MultiInputPolicy", _bits(), replay_buffer_class=Sub, learning_starts=20).save(tmp / "m.zip")
+    finally:
+        del sys.modules["audit_buffers"]
+    return refused(lambda: DQN.load(tmp / "m.zip", env=_bits()), r"'audit_buffers:Sub' is not loaded",
+                   r"import its module \(audit_buffers\)")
+
+
+@C("SAC with replay_buffer_kwargs prioritized=True (no priority would ever be fed back)")
+def _(tmp: Path) -> Outcome:
+    from herl import SAC, HerReplayBuffer
+    from herl.envs import PointReachEnv
+
+    return refused(lambda: SAC("MultiInputPolicy", PointReachEnv(), replay_buffer_class=HerReplayBuffer,
+                               replay_buffer_kwargs=dict(prioritized=True)), r"prioritized=True is not allowed",
+                   r"feeds back no priorities")
+
+
+@C("replay_buffer_kwargs of NumPy types (a sweep's values) saved and loaded")
+def _(tmp: Path) -> Outcome:
+    from herl import DQN, HerReplayBuffer
+
+    DQN("MultiInputPolicy", _bits(), replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=dict(n_sampled_goal=np.int64(8))).save(tmp / "m.zip")
+    loaded = DQN.load(tmp / "m.zip", env=_bits())
+    k = loaded.replay_buffer.n_sampled_goal
+    return clear("n_sampled_goal 8 kept") if k == 8 else fail(f"n_sampled_goal came back as {k}")
+
+
+@C("a reward that reads a string info entry: named, not blamed on vectorization")
+def _(tmp: Path) -> Outcome:
+    from herl.envs import PointReachEnv, check_goal_env
+
+    class Mode(PointReachEnv):
+        def compute_reward(self, achieved_goal, desired_goal, info):
+            distance = np.linalg.norm(np.asarray(achieved_goal) - desired_goal, axis=-1)
+            return -(distance > self.distance_threshold * (2.0 if info["mode"] == "wide" else 1.0)).astype(np.float32)
+
+        def step(self, action):
+            observation, _, terminated, truncated, info = super().step(action)
+            info = {**info, "mode": "wide"}
+            return (observation, float(self.compute_reward(observation["achieved_goal"], observation["desired_goal"],
+                                                           info)), terminated, truncated, info)
+
+    return refused(lambda: check_goal_env(Mode(), copy_info_dict=True), r"reads info\['mode'\], a str",
+                   r"only numeric info entries")
+
+
+@C("goals of dtype bool: training logs its diagnostics")
+def _(tmp: Path) -> Outcome:
+    from gymnasium import spaces
+
+    from herl import DQN, HerReplayBuffer
+    from herl.envs import BitFlippingEnv
+
+    class Bools(BitFlippingEnv):
+        def __init__(self):
+            super().__init__(n_bits=4, max_steps=4)
+            goal = spaces.Box(0, 1, (4,), dtype=np.bool_)
+            self.observation_space = spaces.Dict({"observation": goal, "achieved_goal": goal, "desired_goal": goal})
+
+        def _get_obs(self):
+            return {k: np.asarray(v).astype(bool) for k, v in super()._get_obs().items()}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        DQN("MultiInputPolicy", Bools(), replay_buffer_class=HerReplayBuffer, learning_starts=50).learn(300)
+    return clear("trained")
+
+
+@C("a Discrete goal space: compute_reward gets goals shaped (batch,), as documented")
+def _(tmp: Path) -> Outcome:
+    from gymnasium import spaces
+
+    from herl import HerReplayBuffer
+
+    cell = spaces.Discrete(9)
+    obs_space = spaces.Dict({"observation": spaces.Box(0, 8, (1,), np.float32), "achieved_goal": cell,
+                             "desired_goal": cell})
+    shapes = set()
+
+    def reward(achieved_goal, desired_goal, info):
+        shapes.add(np.shape(achieved_goal))
+        return (achieved_goal == desired_goal).astype(np.float32) - 1.0
+
+    buffer = HerReplayBuffer(100, obs_space, spaces.Discrete(2), compute_reward=reward, device="cpu", seed=0)
+    for t in range(12):
+        obs = {"observation": np.array([[t % 9]], np.float32), "achieved_goal": np.array([t % 9]),
+               "desired_goal": np.array([4])}
+        reward = np.array([0.0 if (t + 1) % 9 == 4 else -1.0])
+        buffer.add(obs, {**obs, "achieved_goal": np.array([(t + 1) % 9])}, np.array([1]), reward,
+                   terminated=np.array([False]), truncated=np.array([t % 6 == 5]))
+    buffer.sample(32)
+    wrong = sorted(shape for shape in shapes if len(shape) != 1)
+    return clear(f"shapes {sorted(shapes)}") if not wrong else fail(f"compute_reward got goals shaped {wrong}")
+
+
+@C("herl check-env of an env with MultiDiscrete actions, which no algorithm takes")
+def _(tmp: Path) -> Outcome:
+    (tmp / "auditmulti.py").write_text(
+        "import gymnasium as gym\nimport numpy as np\nfrom herl.envs import BitFlippingEnv\n\n"
+        "class Multi(BitFlippingEnv):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(n_bits=3, max_steps=3)\n"
+        "        self.action_space = gym.spaces.MultiDiscrete([3, 3, 3])\n\n"
+        "    def step(self, action):\n"
+        "        return super().step(int(np.asarray(action)[0]))\n\n"
+        "gym.register('AuditMulti-v0', entry_point=Multi)\n")
+    done = herl("check-env", "auditmulti:AuditMulti-v0", cwd=tmp)
+    if done.rc == 1 and "Discrete(27)" in done.out and "FAIL:" in done.out:
+        return clear(done.out.strip().splitlines()[-1])
+    return fail(f"exit {done.rc}: {(done.out + done.err).strip()[-300:]}")
+
+
+@C("an env that ends on success without compute_terminated: the buffer says relabeled dones would be wrong")
+def _(tmp: Path) -> Outcome:
+    from herl import DQN, HerReplayBuffer
+    from herl.envs import BitFlippingEnv
+
+    class NoTerminated(BitFlippingEnv):
+        compute_terminated = None
+
+        def compute_reward(self, achieved_goal, desired_goal, info):
+            return -np.any(np.asarray(achieved_goal) != np.asarray(desired_goal), axis=-1).astype(np.float32)
+
+        def compute_truncated(self, achieved_goal, desired_goal, info):
+            return np.zeros(np.shape(achieved_goal)[:-1], dtype=bool)
+
+    return warns(lambda: DQN("MultiInputPolicy", NoTerminated(n_bits=2, max_steps=4),
+                             replay_buffer_class=HerReplayBuffer, learning_starts=1_000).learn(400),
+                 r"terminated=True, and there is no compute_terminated")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # the run
 
 
@@ -2066,8 +2231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="whole details and tracebacks")
     args = parser.parse_args(argv)
     VERBOSE = args.verbose
-    counts = {p: sum(c.ident.startswith(p) for c in CASES) for p in "AB"}
-    assert counts == {"A": 41, "B": 111}, counts
+    counts = {p: sum(c.ident.startswith(p) for c in CASES) for p in "ABC"}
+    assert counts == {"A": 41, "B": 111, "C": 8}, counts
     cases = [c for c in CASES if not args.only or any(re.search(p, f"{c.ident} {c.title}") for p in args.only)]
     if args.list:
         for c in cases:
