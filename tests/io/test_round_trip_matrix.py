@@ -304,6 +304,32 @@ def test_an_algorithms_own_policy_options_save_load_and_train_on(algo: str, opti
     round_trip_of(model, lambda: make_env(case), "cpu", tmp_path)
 
 
+class FutureWithin(HerReplayBuffer):
+    """A goal strategy of a user's own, with a setting of its own: 'future' within ``window`` steps."""
+
+    def __init__(self, *args, window: int = 3, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.window = window
+
+    def goal_steps(self, steps, lengths):
+        return steps + self.rng.integers(0, np.minimum(self.window, lengths - steps))
+
+
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_a_model_with_a_buffer_class_of_the_users_saves_loads_and_trains_on(algo: str, tmp_path: Path):
+    """A HerReplayBuffer subclass (its own goal_steps and setting): the file names it, load finds it where its module
+    is imported, the buffer comes back with its setting, and the model trains on as it would have."""
+    case = Case(algo, "goal", "her", True, 1, "float32", False)
+    model = ALGOS[algo]("MultiInputPolicy", make_env(case), learning_starts=10, batch_size=8, buffer_size=300, seed=3,
+                        gamma=0.9, replay_buffer_class=FutureWithin,
+                        replay_buffer_kwargs=dict(buffer_kwargs(case, None), window=2),
+                        policy_kwargs=dict(net_arch=[16, 16]))
+    round_trip_of(model, lambda: make_env(case), "cpu", tmp_path)
+    loaded = ALGOS[algo].load(tmp_path / "model.zip", env=make_env(case))
+    loaded.load_replay_buffer(tmp_path / "buffer.zip")
+    assert type(loaded.replay_buffer) is FutureWithin and loaded.replay_buffer.window == 2
+
+
 @pytest.mark.parametrize("algo", ["SAC", "TD3", "TQC", "CrossQ"])
 def test_a_model_with_a_float64_box_of_several_dimensions_saves_loads_and_trains_on(algo: str, tmp_path: Path):
     from tests.algorithms.test_action_space_forms import FLOAT32_OBS, FORMS, RecordingEnv
