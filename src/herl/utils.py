@@ -71,6 +71,11 @@ def flush_denormals() -> Iterator[None]:
             torch.set_flush_denormal(False)
 
 
+def is_herls(cls: type) -> bool:
+    """Whether ``cls`` is one of herl's own classes (not a user's subclass of one)."""
+    return cls.__module__.split(".")[0] == "herl"
+
+
 def loaded_class(name: str, base: type) -> type | None:
     """The subclass of ``base`` that ``name`` (``module:qualname``) names among the modules this process has already
     imported, or None. It never imports: a model file that names a class of the user's runs no code."""

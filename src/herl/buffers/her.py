@@ -43,6 +43,7 @@ from herl.buffers.strategies import (
 )
 from herl.envs.goal_info import numeric_info_keys
 from herl.errors import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, NonFiniteError, Rule, as_integer, check, integer, number, one_of
+from herl.utils import is_herls
 
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 DEFAULT_MAX_EPISODE_LENGTH = 10_000
@@ -88,8 +89,8 @@ SB3_HOOKS = ("_sample_goals", "_get_virtual_samples", "_get_real_samples", "_get
 def _refuse_sb3_hooks(cls: type) -> None:
     """A subclass written for SB3's HerReplayBuffer overrides methods herl never calls: it would train as if they
     were not there (or, for ``_sample_goals``, be called with other arguments). Say what to override instead."""
-    overridden = sorted({name for klass in cls.__mro__ if klass.__module__.split(".")[0] != "herl"
-                         for name in SB3_HOOKS if name in vars(klass)})
+    overridden = sorted({name for klass in cls.__mro__ if not is_herls(klass) for name in SB3_HOOKS
+                         if name in vars(klass)})
     if overridden:
         raise TypeError(
             f"{cls.__name__} overrides {', '.join(overridden)}, Stable-Baselines3's HerReplayBuffer internals, which "
@@ -811,20 +812,18 @@ class HerReplayBuffer(ReplayBuffer):
             chosen = self.goal_steps(offsets, lengths)
         else:  # a strategy of the user's: its steps checked before they index the storage
             chosen = np.asarray(self.goal_steps(offsets.copy(), lengths.copy()))
-            if chosen.shape != offsets.shape or chosen.dtype.kind not in "iu" or np.any(chosen < 0) or np.any(
-                    chosen >= lengths):
+            whole = chosen.shape == offsets.shape and chosen.dtype.kind in "iu"
+            if not whole or np.any(chosen < 0) or np.any(chosen >= lengths):
+                got = f"from {chosen.min()} to {chosen.max()}" if whole else f"{chosen.dtype} of shape {chosen.shape}"
                 raise ValueError(
                     f"{type(self).__name__}.goal_steps must return one whole number per transition, each within its "
-                    f"episode (0 <= step < length): got {chosen.dtype} values of shape {chosen.shape} for "
-                    f"{len(offsets)} transitions" + ("" if chosen.shape != offsets.shape or chosen.dtype.kind not in
-                                                     "iu" else f", from {chosen.min()} to {chosen.max()}"))
+                    f"episode (0 <= step < length): got {got} for {len(offsets)} transitions")
         return storage.next_state("achieved_goal", storage.shift(flat, chosen - offsets))
 
     def goal_steps(self, steps: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """For transitions at step ``steps[i]`` (0-based) of stored episodes of ``lengths[i]`` steps (so far, for
-        an episode still running), the step
-        ``j`` (``0 <= j < lengths[i]``) whose outcome, the achieved goal after step ``j``, relabels each: the goal
-        selection strategy's rule (``future``: uniform over ``steps[i] .. lengths[i] - 1``, the transition's own
+        an episode still running), the step ``j`` (``0 <= j < lengths[i]``) whose outcome, the achieved goal after
+        step ``j``, relabels each: the goal selection strategy's rule (``future``: uniform over ``steps[i] .. lengths[i] - 1``, the transition's own
         outcome included; ``final``: the last; ``episode``: uniform over the episode). Not called for ``random``.
 
         A subclass overrides it for a strategy of its own (online and offline relabeling, n-step returns and

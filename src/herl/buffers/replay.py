@@ -20,7 +20,7 @@ from gymnasium import spaces
 from herl.buffers.samples import DictReplayBufferSamples, ReplayBufferSamples
 from herl.buffers.storage import EpisodeStorage, FieldSpec, GatheredRows, TorchEpisodeStorage, to_numpy
 from herl.errors import BOOL, POSITIVE_INT, ArchiveError, HerlError, NonFiniteError, Rule, as_integer, check, number
-from herl.utils import get_device
+from herl.utils import get_device, is_herls
 
 _BOOL = np.dtype(bool)  # numpy's dtype objects of built-in types are singletons: `is` compares them
 
@@ -821,7 +821,7 @@ def herl_settings(cls: type) -> frozenset[str]:
     """The constructor settings of the herl buffer class ``cls`` derives from (a subclass's own are the others)."""
     import inspect
 
-    base = next(klass for klass in cls.__mro__ if klass.__module__.split(".")[0] == "herl")
+    base = next(klass for klass in cls.__mro__ if is_herls(klass))
     return frozenset(inspect.signature(base.__init__).parameters)
 
 

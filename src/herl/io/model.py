@@ -30,7 +30,7 @@ import torch
 from herl.errors import ClassNotLoadedError
 from herl.io.archive import ArchiveError, generator_state, is_stream, read_archive, write_archive
 from herl.io.spaces import space_from_json, space_to_json
-from herl.utils import loaded_class
+from herl.utils import is_herls, loaded_class
 
 MODEL_KIND = "model"
 MODEL_VERSION = 1
@@ -158,7 +158,7 @@ def write_model(model: Any, path: str | os.PathLike, *, verbose: bool = True) ->
 def buffer_class_name(cls: type) -> str:
     """How a model file names its replay buffer class: herl's by its name, a subclass of the user's as
     ``module:qualname`` (found again among the modules the loading process has imported, see :func:`_buffer_class`)."""
-    return cls.__name__ if cls.__module__.split(".")[0] == "herl" else f"{cls.__module__}:{cls.__qualname__}"
+    return cls.__name__ if is_herls(cls) else f"{cls.__module__}:{cls.__qualname__}"
 
 
 def _buffer_class(name: Any, classes: ModelClasses, given: Any) -> type:
